@@ -1,0 +1,226 @@
+"""
+The five KV-cache designs, one class each, side by side.
+
+Every class takes x (B, T, C) and returns (B, T, C). H query heads of size d_h always;
+what differs is how keys and values are made and what a KV cache must keep per token:
+
+    mha / gqa / mqa   GroupedQueryAttention   n_kv_head full K/V heads          2·n_kv·d_h
+    mla               MLA                     latent c_kv and one RoPE key k_pe  d_c + d_r
+    lrkv              LRKV                    shared K/V plus rank-r latents     2·d_h + 2·H·r
+
+forward(x, cos, sin, cache=None): cos/sin are the RoPE tables for every position; with a
+KVCache the new tokens sit at positions cache.n ... cache.n+T-1 and attend to all it holds.
+"""
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def norm(x):
+    # parameter-free RMSNorm over the last dim (nanochat)
+    return F.rms_norm(x, (x.size(-1),))
+
+
+def rope(x, cos, sin):
+    # x (B, T, H, D), cos/sin (T, D/2): rotate the two halves of each head by position
+    d = x.size(-1) // 2
+    cos, sin = cos[None, :, None, :].to(x.dtype), sin[None, :, None, :].to(x.dtype)
+    x1, x2 = x[..., :d], x[..., d:]
+    return torch.cat([x1 * cos + x2 * sin, x2 * cos - x1 * sin], dim=-1)
+
+
+def causal_mask(Tq, Tk, device):
+    # the Tq new queries sit at the last Tq of the Tk key positions
+    return torch.ones(Tq, Tk, dtype=torch.bool, device=device).tril(Tk - Tq)
+
+
+def attend(q, k, v, scale=None):
+    # q (B, H, Tq, D), k (B, Hkv, Tk, D), v (B, Hkv, Tk, Dv) with Hkv dividing H -> (B, H, Tq, Dv)
+    Tq, Tk = q.size(2), k.size(2)
+    gqa = k.size(1) != q.size(1)  # SDPA shares each K/V head across H/Hkv query heads, no copies
+    if Tq == Tk:  # training, or a prefill into an empty cache
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=gqa)
+    # is_causal aligns the mask top-left; a chunk decoded after a cache needs it bottom-right
+    mask = None if Tq == 1 else causal_mask(Tq, Tk, q.device)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=gqa)
+
+
+class KVCache:
+    """One layer's cache: preallocated buffers (B, max_len, ...) that a design fills with what it
+    needs. append() writes the new tokens and returns views of everything cached so far."""
+
+    def __init__(self, max_len):
+        self.max_len, self.n, self.buf = max_len, 0, {}
+
+    def append(self, **new):
+        T = next(iter(new.values())).size(1)
+        if self.n + T > self.max_len:
+            raise ValueError(f"KV cache holds {self.max_len} tokens; {self.n}+{T} do not fit")
+        out = {}
+        for name, x in new.items():
+            if name not in self.buf:
+                self.buf[name] = x.new_empty(x.size(0), self.max_len, *x.shape[2:])
+            self.buf[name][:, self.n:self.n + T] = x
+            out[name] = self.buf[name][:, :self.n + T]
+        self.n += T
+        return out
+
+    def nbytes(self):
+        return sum(b.numel() * b.element_size() for b in self.buf.values())
+
+
+class GroupedQueryAttention(nn.Module):
+    """MHA (n_kv_head = H), GQA (a divisor of H) and MQA (1). Eq. 1 of the paper:
+    O_h = softmax(Q_h K_g(h)ᵀ / √d_h) V_g(h), the query heads of group g sharing one K/V head."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.H, self.Hkv, self.d_h = cfg.n_head, cfg.n_kv_head, cfg.head_dim
+        self.c_q = nn.Linear(cfg.n_embd, self.H * self.d_h, bias=False)
+        self.c_k = nn.Linear(cfg.n_embd, self.Hkv * self.d_h, bias=False)
+        self.c_v = nn.Linear(cfg.n_embd, self.Hkv * self.d_h, bias=False)
+        self.c_proj = nn.Linear(self.H * self.d_h, cfg.n_embd, bias=False)
+
+    def forward(self, x, cos, sin, cache=None):
+        B, T, C = x.size()
+        t0 = cache.n if cache is not None else 0
+        cos, sin = cos[t0:t0 + T], sin[t0:t0 + T]
+        q = self.c_q(x).view(B, T, self.H, self.d_h)  # (B, T, H, d_h)
+        k = self.c_k(x).view(B, T, self.Hkv, self.d_h)  # (B, T, Hkv, d_h)
+        v = self.c_v(x).view(B, T, self.Hkv, self.d_h)  # (B, T, Hkv, d_h)
+        q, k = norm(rope(q, cos, sin)), norm(rope(k, cos, sin))  # RoPE then QK-norm
+        if cache is not None:  # cache the rotated, normalised keys: 2·Hkv·d_h per token
+            c = cache.append(k=k, v=v)
+            k, v = c["k"], c["v"]  # (B, Tk, Hkv, d_h)
+        y = attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))  # (B, H, T, d_h)
+        return self.c_proj(y.transpose(1, 2).reshape(B, T, self.H * self.d_h))
+
+
+class MLA(nn.Module):
+    """Multi-head latent attention (DeepSeek-V2 §2.1, decoupled RoPE).
+    c_kv = norm(x W_dkv[:d_c]), k_pe = RoPE(x W_dkv[d_c:]) shared by all heads;
+    [k_nope_h, v_h] = c_kv W_ukv_h;  q_h = [q_nope_h, RoPE(q_pe_h)];  k_h = [k_nope_h, k_pe].
+    Training builds full K and V (naive). Decoding caches only c_kv and k_pe (d_c + d_r per token)
+    and absorbs W_uk into the query and W_uv after attention, so it never builds K or V."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.H, self.d_c, self.d_r = cfg.n_head, cfg.mla_kv_rank, cfg.mla_rope_dim
+        self.d_n = cfg.head_dim - self.d_r  # d_n + d_r = d_v = d_h keeps q, k, v one size (fast SDPA)
+        self.d_v = cfg.head_dim
+        C, H, dq = cfg.n_embd, self.H, self.d_n + self.d_r
+        if cfg.mla_q_rank:  # optional query compression: x -> c_q (q_rank) -> q
+            self.W_dq = nn.Linear(C, cfg.mla_q_rank, bias=False)
+            self.W_uq = nn.Linear(cfg.mla_q_rank, H * dq, bias=False)
+        else:
+            self.c_q = nn.Linear(C, H * dq, bias=False)
+        self.W_dkv = nn.Linear(C, self.d_c + self.d_r, bias=False)  # x -> [c_kv, k_pe]
+        self.W_ukv = nn.Linear(self.d_c, H * (self.d_n + self.d_v), bias=False)  # c_kv -> [k_nope, v]
+        self.c_proj = nn.Linear(H * self.d_v, C, bias=False)
+        self.absorb = False  # use the decode path for full sequences too (tests compare the two)
+
+    def forward(self, x, cos, sin, cache=None):
+        B, T, C = x.size()
+        H, d_n, d_r, d_c = self.H, self.d_n, self.d_r, self.d_c
+        t0 = cache.n if cache is not None else 0
+        cos, sin = cos[t0:t0 + T], sin[t0:t0 + T]
+        q = self.W_uq(norm(self.W_dq(x))) if hasattr(self, "W_dq") else self.c_q(x)
+        q = q.view(B, T, H, d_n + d_r)  # (B, T, H, d_n + d_r)
+        q_nope, q_pe = q.split([d_n, d_r], dim=-1)
+        q_pe = rope(q_pe, cos, sin)
+        c_kv, k_pe = self.W_dkv(x).split([d_c, d_r], dim=-1)  # (B, T, d_c), (B, T, d_r)
+        c_kv = norm(c_kv)  # DeepSeek's kv norm; a QK-norm on full keys would block absorption
+        k_pe = rope(k_pe.unsqueeze(2), cos, sin).squeeze(2)  # one RoPE key shared by all heads
+        scale = 1.0 / math.sqrt(d_n + d_r)
+        if cache is None and not self.absorb:
+            # naive: up-project the latent to full per-head keys and values
+            kv = self.W_ukv(c_kv).view(B, T, H, d_n + self.d_v)  # (B, T, H, d_n + d_v)
+            k_nope, v = kv.split([d_n, self.d_v], dim=-1)
+            k = torch.cat([k_nope, k_pe.unsqueeze(2).expand(B, T, H, d_r)], dim=-1)  # (B, T, H, d_n + d_r)
+            q = torch.cat([q_nope, q_pe], dim=-1)
+            y = attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), scale)  # (B, H, T, d_v)
+            return self.c_proj(y.transpose(1, 2).reshape(B, T, H * self.d_v))
+        # absorbed: q_nope·k_nope = q_nope·(W_uk_h c) = (W_uk_hᵀ q_nope)·c, so attention runs in the
+        # latent space as MQA with one (d_c + d_r)-wide key [c_kv, k_pe] and one d_c-wide value c_kv
+        ckv_pe = torch.cat([c_kv, k_pe], dim=-1)  # (B, T, d_c + d_r)
+        if cache is not None:
+            ckv_pe = cache.append(ckv_pe=ckv_pe)["ckv_pe"]  # (B, Tk, d_c + d_r)
+        W_ukv = self.W_ukv.weight.view(H, d_n + self.d_v, d_c)
+        W_uk, W_uv = W_ukv[:, :d_n], W_ukv[:, d_n:]  # (H, d_n, d_c), (H, d_v, d_c)
+        q_c = torch.einsum("bthn,hnc->bthc", q_nope, W_uk)  # (B, T, H, d_c)
+        q = torch.cat([q_c, q_pe], dim=-1).transpose(1, 2)  # (B, H, T, d_c + d_r)
+        kv = ckv_pe.unsqueeze(1)  # (B, 1, Tk, d_c + d_r)
+        y = attend(q, kv, kv[..., :d_c], scale)  # (B, H, T, d_c): attention-weighted latents
+        y = torch.einsum("bhtc,hvc->bthv", y, W_uv)  # (B, T, H, d_v): absorb W_uv after attention
+        return self.c_proj(y.reshape(B, T, H * self.d_v))
+
+
+class LRKV(nn.Module):
+    """Low-rank key-value attention (arXiv 2601.11471 §3). Per layer a shared K/V head W_s and
+    per head rank-r residuals: K_h = X W_s^K + (X U_h^K) B_h^Kᵀ (Eq. 2), V_h likewise (Eq. 3).
+    Training materialises full K_h, V_h, then RoPE and QK-norm exactly as MHA. The cache holds
+    X W_s^K, X W_s^V (d_h each) and the latents R_h = X U_h (r each, per head): 2·d_h + 2·H·r."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.H, self.d_h, self.r = cfg.n_head, cfg.head_dim, cfg.lrkv_rank
+        C, H, r, d_h = cfg.n_embd, self.H, self.r, self.d_h
+        self.c_q = nn.Linear(C, H * d_h, bias=False)  # queries stay full rank per head
+        self.W_s = nn.Linear(C, 2 * d_h, bias=False)  # [W_s^K | W_s^V], shared by all heads
+        self.U = nn.Linear(C, 2 * H * r, bias=False)  # [U_1^K .. U_H^K | U_1^V .. U_H^V]
+        # B_h stacked over heads as 2-D matrices (Muon orthogonalises 2-D weights): (H·d_h, r)
+        self.B_k = nn.Parameter(torch.empty(H * d_h, r))
+        self.B_v = nn.Parameter(torch.empty(H * d_h, r))
+        self.c_proj = nn.Linear(H * d_h, C, bias=False)
+
+    @torch.no_grad()
+    def init_residuals(self, ratio=0.1):
+        # paper §3: U, B small random, scaled so ‖U_h B_hᵀ‖_F ≈ 0.1·‖W_s‖_F for each head, K and V apart
+        H, r, d_h = self.H, self.r, self.d_h
+        U = self.U.weight.view(2, H, r, -1)  # (K|V, H, r, C)
+        for i, B in enumerate((self.B_k, self.B_v)):
+            nn.init.normal_(U[i], std=1 / math.sqrt(r))
+            nn.init.normal_(B, std=1 / math.sqrt(r))
+            W_s = self.W_s.weight[i * d_h:(i + 1) * d_h]  # (d_h, C)
+            UB = torch.einsum("hrc,hdr->hdc", U[i], B.view(H, d_h, r))  # (H, d_h, C): each head's B_h U_hᵀ
+            s = (ratio * W_s.norm() / UB.flatten(1).norm(dim=1)).sqrt()  # (H,) split over both factors
+            U[i].mul_(s.view(H, 1, 1))
+            B.view(H, d_h, r).mul_(s.view(H, 1, 1))
+
+    def forward(self, x, cos, sin, cache=None):
+        B, T, C = x.size()
+        H, r, d_h = self.H, self.r, self.d_h
+        t0 = cache.n if cache is not None else 0
+        q = self.c_q(x).view(B, T, H, d_h)  # (B, T, H, d_h)
+        q = norm(rope(q, cos[t0:t0 + T], sin[t0:t0 + T]))
+        k_s, v_s = self.W_s(x).split(d_h, dim=-1)  # (B, T, d_h) each: X W_s^K, X W_s^V
+        r_k, r_v = self.U(x).view(B, T, 2, H, r).unbind(2)  # (B, T, H, r) each: R_h = X U_h
+        B_k, B_v = self.B_k.view(H, d_h, r), self.B_v.view(H, d_h, r)
+        if cache is None:
+            # training: materialise every head's K_h and V_h (Eqs. 2-3), then attend as MHA
+            k = k_s.unsqueeze(2) + torch.einsum("bthr,hdr->bthd", r_k, B_k)  # (B, T, H, d_h)
+            v = v_s.unsqueeze(2) + torch.einsum("bthr,hdr->bthd", r_v, B_v)  # (B, T, H, d_h)
+            k = norm(rope(k, cos[:T], sin[:T]))
+            y = attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))  # (B, H, T, d_h)
+            return self.c_proj(y.transpose(1, 2).reshape(B, T, H * d_h))
+        c = cache.append(k_s=k_s, v_s=v_s, r_k=r_k, r_v=r_v)
+        Tk = c["k_s"].size(1)
+        # keys, exactly: RoPE rotates the whole d_h vector by position and QK-norm divides by its
+        # norm, so RoPE(K_s + R B_hᵀ) ≠ RoPE(K_s) + RoPE(R) B_hᵀ (the paper's Eq. 6 shortcut). We
+        # rebuild each cached key from its factors (Eq. 4), O(Tk·H·r·d_h) per step, and keep the
+        # small cache. This is what makes LRKV decode slower than MHA at long contexts.
+        k = c["k_s"].unsqueeze(2) + torch.einsum("bthr,hdr->bthd", c["r_k"], B_k)  # (B, Tk, H, d_h)
+        k = norm(rope(k, cos[:Tk], sin[:Tk])).transpose(1, 2)  # (B, H, Tk, d_h)
+        att = (q.transpose(1, 2) @ k.transpose(-2, -1)) / math.sqrt(d_h)  # (B, H, T, Tk)
+        att = att.masked_fill(~causal_mask(T, Tk, x.device), float("-inf")).softmax(dim=-1)
+        # values never need rebuilding, Eq. 7: a V_h = a V_s + (a R_h^V) B_h^Vᵀ
+        y = att @ c["v_s"].unsqueeze(1)  # (B, H, T, d_h): a V_s, the shared head
+        a_r = torch.einsum("bhts,bshr->bhtr", att, c["r_v"])  # (B, H, T, r): a R_h^V
+        y = y + torch.einsum("bhtr,hdr->bhtd", a_r, B_v)  # (B, H, T, d_h)
+        return self.c_proj(y.transpose(1, 2).reshape(B, T, H * d_h))
+
+
+ATTENTION = {"mha": GroupedQueryAttention, "gqa": GroupedQueryAttention,
+             "mqa": GroupedQueryAttention, "mla": MLA, "lrkv": LRKV}

@@ -1,0 +1,96 @@
+"""
+Parameters, training FLOPs and KV-cache bytes of each design, from formulas (SPEC §5).
+The tests check every number here against the built model and torch's FLOP counter.
+
+    python flops.py [preset]      # table of the five designs; default: the figure's 512m-8k
+"""
+import sys
+
+from model import PRESETS, preset
+
+DESIGNS = ["mha", "gqa", "mqa", "mla", "lrkv"]
+
+
+def kv_params_per_layer(cfg):
+    """Weights that make keys and values, one layer."""
+    d, H, d_h = cfg.n_embd, cfg.n_head, cfg.head_dim
+    if cfg.attn == "mla":  # W_dkv: d -> [c_kv, k_pe];  W_ukv: c_kv -> [k_nope, v] per head
+        d_c, d_r = cfg.mla_kv_rank, cfg.mla_rope_dim
+        return d * (d_c + d_r) + d_c * H * ((d_h - d_r) + d_h)
+    if cfg.attn == "lrkv":  # Eq. 10: shared W_s^{K,V} plus per-head U_h, B_h for K and V
+        return 2 * d * d_h + 2 * H * cfg.lrkv_rank * (d + d_h)
+    return 2 * cfg.n_kv_head * d * d_h  # mha / gqa / mqa
+
+
+def q_params_per_layer(cfg):
+    d, H, d_h = cfg.n_embd, cfg.n_head, cfg.head_dim
+    if cfg.attn == "mla" and cfg.mla_q_rank:
+        return d * cfg.mla_q_rank + cfg.mla_q_rank * H * d_h
+    return d * H * d_h  # MLA's q is [q_nope, q_pe], d_n + d_r = d_h wide per head
+
+
+def params(cfg):
+    """Every parameter: embedding, per layer (q, K/V path, output, MLP), head."""
+    d = cfg.n_embd
+    layer = q_params_per_layer(cfg) + kv_params_per_layer(cfg) + d * d + 8 * d * d
+    return 2 * cfg.vocab_size * d + cfg.n_layer * layer
+
+
+def kv_params(cfg):
+    return cfg.n_layer * kv_params_per_layer(cfg)
+
+
+def train_flops_per_token(cfg):
+    """Forward + backward FLOPs per token (SPEC §5): 6 × every weight multiplied once per token
+    (all but the embedding lookup, which is free) + the attention core 6·L·T·H·(d_qk + d_v), with
+    no causal discount. LRKV multiplies X by W_s, U and then B (it never forms the full d×d_h
+    per-head weight), so its count is lower than MHA's: exactly its parameters."""
+    matmul_weights = params(cfg) - cfg.vocab_size * cfg.n_embd
+    d_qk = d_v = cfg.head_dim  # MLA too: d_n + d_r = d_v = d_h
+    return 6 * matmul_weights + 6 * cfg.n_layer * cfg.block_size * cfg.n_head * (d_qk + d_v)
+
+
+def paper_flops_per_token(cfg):
+    """The paper's convention for its figure: 6·N, N all parameters (153.6 EF = 6·512M·50B)."""
+    return 6 * params(cfg)
+
+
+def kv_cache_elems_per_token(cfg):
+    """Elements one token adds to one layer's cache (the table at the top of SPEC)."""
+    d_h = cfg.head_dim
+    if cfg.attn == "mla":
+        return cfg.mla_kv_rank + cfg.mla_rope_dim  # c_kv and the shared rotated k_pe
+    if cfg.attn == "lrkv":
+        return 2 * d_h + 2 * cfg.n_head * cfg.lrkv_rank  # X W_s^{K,V} and R_h^{K,V} for every head
+    return 2 * cfg.n_kv_head * d_h
+
+
+def kv_cache_bytes_per_token(cfg, bytes_per_elem=2):
+    return cfg.n_layer * kv_cache_elems_per_token(cfg) * bytes_per_elem
+
+
+def table(name):
+    """Rows of the five designs at one preset, as printable strings."""
+    cfgs = {a: preset(name, attn=a) for a in DESIGNS}
+    mha_cache, mha_kvp = kv_cache_bytes_per_token(cfgs["mha"]), kv_params(cfgs["mha"])
+    rows = [f"{'design':6} {'setting':>10} {'params':>9} {'K/V params':>14} {'train GFLOP/tok':>15} "
+            f"{'6N GFLOP/tok':>12} {'KV KiB/tok':>10} {'KV % MHA':>8}"]
+    for a, cfg in cfgs.items():
+        setting = {"gqa": f"kv={cfg.n_kv_head}", "mla": f"d_c={cfg.mla_kv_rank}",
+                   "lrkv": f"r={cfg.lrkv_rank}", "mqa": "kv=1"}.get(a, f"kv={cfg.n_head}")
+        cache = kv_cache_bytes_per_token(cfg)
+        rows.append(f"{a:6} {setting:>10} {params(cfg) / 1e6:8.1f}M "
+                    f"{kv_params(cfg) / 1e6:7.1f}M {100 * kv_params(cfg) / mha_kvp:5.1f}% "
+                    f"{train_flops_per_token(cfg) / 1e9:15.3f} {paper_flops_per_token(cfg) / 1e9:12.3f} "
+                    f"{cache / 1024:10.1f} {100 * cache / mha_cache:7.1f}%")
+    return rows
+
+
+if __name__ == "__main__":
+    name = sys.argv[1] if len(sys.argv) > 1 else "512m-8k"
+    if name not in PRESETS:
+        sys.exit(f"unknown preset {name!r}; use one of {', '.join(PRESETS)}")
+    c = preset(name)
+    print(f"preset {name}: {c.n_layer} layers, {c.n_head} heads, d_model {c.n_embd}, "
+          f"d_h {c.head_dim}, context {c.block_size}, vocab {c.vocab_size}; KV cache in bf16")
+    print("\n".join(table(name)))

@@ -1,0 +1,156 @@
+"""
+A small GPT in the paper's (nanochat-style) base: RoPE, QK-norm, parameter-free RMSNorm,
+ReLU² MLP, untied embedding and head, no biases. The attention is chosen by cfg.attn.
+"""
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from attention import ATTENTION, LRKV, KVCache, norm
+
+
+@dataclass
+class GPTConfig:
+    attn: str = "mha"  # one of mha, gqa, mqa, mla, lrkv
+    n_layer: int = 12
+    n_head: int = 6  # query heads H
+    n_embd: int = 768  # d_model; head_dim d_h = n_embd / n_head
+    block_size: int = 2048  # context T
+    vocab_size: int = 50304  # GPT-2's 50,257 padded to a multiple of 64
+    n_kv_head: int = 0  # GQA's K/V heads; 0 = a divisor of H near H/4. mha: H, mqa: 1
+    lrkv_rank: int = 0  # LRKV's r; 0 = round(0.4·d_h), the paper's r ≈ 0.36-0.43·d_h
+    mla_kv_rank: int = 0  # MLA's latent d_c; 0 = d_h (the paper's 128M ratio)
+    mla_rope_dim: int = 0  # MLA's decoupled RoPE dim d_r; 0 = d_h/2 (DeepSeek-V2)
+    mla_q_rank: int = 0  # MLA's optional query compression rank; 0 = off
+    rope_base: float = 10000.0
+
+    def __post_init__(self):
+        # resolve defaults into concrete values, so a saved config says exactly what ran
+        def bad(field, msg):
+            raise ValueError(f"{field}={getattr(self, field)!r}: {msg}")
+        if self.attn not in ATTENTION:
+            bad("attn", f"unknown attention; use one of {', '.join(ATTENTION)}")
+        if self.n_head < 1 or self.n_embd % self.n_head:
+            bad("n_embd", f"must be divisible by n_head={self.n_head}; pick n_embd = n_head·d_h")
+        if self.head_dim % 2:
+            bad("n_embd", f"head_dim n_embd/n_head = {self.head_dim} must be even for RoPE")
+        H, d_h = self.n_head, self.head_dim
+        if self.attn == "mha":
+            self.n_kv_head = H
+        elif self.attn == "mqa":
+            self.n_kv_head = 1
+        elif self.attn == "gqa":
+            if not self.n_kv_head:
+                # not 1 (that is MQA) nor H (MHA) where H allows
+                divisors = [g for g in range(2, H) if H % g == 0] or [1]
+                self.n_kv_head = min(divisors, key=lambda g: (abs(g - H / 4), -g))
+            if self.n_kv_head < 1 or H % self.n_kv_head:
+                bad("n_kv_head", f"must divide n_head={H}; use one of "
+                    f"{[g for g in range(1, H + 1) if H % g == 0]}")
+        if self.attn == "lrkv":
+            self.lrkv_rank = self.lrkv_rank or max(1, round(0.4 * d_h))
+            if not 0 < self.lrkv_rank <= d_h:
+                bad("lrkv_rank", f"must be in 1..head_dim={d_h} (r = 0 is MQA: use --attn=mqa)")
+        if self.attn == "mla":
+            self.mla_kv_rank = self.mla_kv_rank or d_h
+            self.mla_rope_dim = self.mla_rope_dim or d_h // 2
+            if self.mla_kv_rank < 1:
+                bad("mla_kv_rank", "the latent size d_c must be at least 1")
+            if not 0 < self.mla_rope_dim < d_h or self.mla_rope_dim % 2:
+                bad("mla_rope_dim", f"must be even and in 2..{d_h - 2}: it splits head_dim={d_h} "
+                    "into d_n + d_r")
+            if self.mla_q_rank < 0:
+                bad("mla_q_rank", "must be 0 (off) or a positive rank")
+
+    @property
+    def head_dim(self):
+        return self.n_embd // self.n_head
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.c_fc = nn.Linear(cfg.n_embd, 4 * cfg.n_embd, bias=False)
+        self.c_proj = nn.Linear(4 * cfg.n_embd, cfg.n_embd, bias=False)
+
+    def forward(self, x):
+        return self.c_proj(F.relu(self.c_fc(x)).square())  # ReLU²
+
+
+class Block(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.attn = ATTENTION[cfg.attn](cfg)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x, cos, sin, cache=None):
+        x = x + self.attn(norm(x), cos, sin, cache)
+        return x + self.mlp(norm(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)
+        self.h = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
+        # RoPE tables for every position; MLA rotates only its d_r-wide decoupled part
+        d = cfg.mla_rope_dim if cfg.attn == "mla" else cfg.head_dim
+        inv_freq = cfg.rope_base ** -(torch.arange(0, d, 2, dtype=torch.float32) / d)
+        angles = torch.outer(torch.arange(cfg.block_size, dtype=torch.float32), inv_freq)  # (T, d/2)
+        self.register_buffer("cos", angles.cos(), persistent=False)
+        self.register_buffer("sin", angles.sin(), persistent=False)
+        self.apply(self._init_weights)
+        nn.init.normal_(self.lm_head.weight, std=0.001)  # near-uniform logits: loss ≈ ln(vocab_size)
+
+    def _init_weights(self, m):
+        if isinstance(m, nn.Linear):
+            # nanochat: std 1/√fan_in, shrunk for wide-in/narrow-out; output projections start at 0
+            fan_out, fan_in = m.weight.shape
+            nn.init.normal_(m.weight, std=min(1.0, math.sqrt(fan_out / fan_in)) / math.sqrt(fan_in))
+        elif isinstance(m, nn.Embedding):
+            nn.init.normal_(m.weight, std=1.0)
+        elif isinstance(m, Block):  # residual branches start as identity
+            nn.init.zeros_(m.attn.c_proj.weight)
+            nn.init.zeros_(m.mlp.c_proj.weight)
+        elif isinstance(m, LRKV):  # children (W_s) are initialised first, so the 0.1 ratio is to W_s
+            m.init_residuals()
+
+    def forward(self, idx, targets=None, caches=None):
+        B, T = idx.size()
+        t0 = caches[0].n if caches else 0
+        if t0 + T > self.cfg.block_size:
+            raise ValueError(f"{t0 + T} tokens exceed the context block_size={self.cfg.block_size}")
+        x = norm(self.wte(idx))  # (B, T, C)
+        for i, block in enumerate(self.h):
+            x = block(x, self.cos, self.sin, caches[i] if caches else None)
+        logits = self.lm_head(norm(x)).float()  # (B, T, V)
+        if targets is None:
+            return logits, None
+        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
+        return logits, loss
+
+    def new_caches(self, max_len=None):
+        return [KVCache(max_len or self.cfg.block_size) for _ in self.h]
+
+
+# The paper's configurations (SPEC §4; Tables 5-7, 2.5B with the 36 layers its own numbers imply),
+# with each design's paper setting (GQA K/V heads, MLA d_c, LRKV r), and one CPU-sized model.
+PRESETS = {
+    "128m": dict(n_layer=12, n_head=6, n_embd=768, block_size=2048, n_kv_head=3, mla_kv_rank=128, lrkv_rank=46),
+    "512m-8k": dict(n_layer=24, n_head=12, n_embd=1536, block_size=8192, n_kv_head=4, mla_kv_rank=256, lrkv_rank=51),
+    "1.2b": dict(n_layer=24, n_head=12, n_embd=1536, block_size=2048, n_kv_head=4, mla_kv_rank=256, lrkv_rank=51),
+    "2.5b": dict(n_layer=36, n_head=18, n_embd=2304, block_size=2048, n_kv_head=6, mla_kv_rank=384, lrkv_rank=55),
+    "6.3b": dict(n_layer=32, n_head=32, n_embd=4096, block_size=2048, n_kv_head=2, mla_kv_rank=1024, lrkv_rank=54),
+    "cpu": dict(n_layer=4, n_head=4, n_embd=128, block_size=256, vocab_size=320, n_kv_head=2, mla_kv_rank=32, lrkv_rank=13),
+}
+
+
+def preset(name, **overrides):
+    if name not in PRESETS:
+        raise ValueError(f"preset={name!r} is unknown; use one of {', '.join(PRESETS)}")
+    return GPTConfig(**{**PRESETS[name], **overrides})

@@ -1,0 +1,253 @@
+"""The five designs: shapes, causality, the equivalences the math promises, and exact accounting."""
+import math
+
+import pytest
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
+
+import flops
+from model import GPT, PRESETS, GPTConfig, preset
+
+DESIGNS = ["mha", "gqa", "mqa", "mla", "lrkv"]
+
+
+def tiny(attn, **kw):
+    base = dict(attn=attn, n_layer=2, n_head=4, n_embd=64, block_size=32, vocab_size=97, n_kv_head=2,
+                mla_kv_rank=24, mla_rope_dim=8, lrkv_rank=6)
+    return GPTConfig(**{**base, **kw})
+
+
+def randomized(cfg, seed=0):
+    # the real init zeroes output projections and the head, which would make several of these
+    # checks pass trivially: give every weight a random value instead
+    torch.manual_seed(seed)
+    model = GPT(cfg)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 1 / math.sqrt(p.shape[-1]))
+    return model.eval()
+
+
+def tokens(cfg, B=2, T=None, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, cfg.vocab_size, (B, T or cfg.block_size), generator=g)
+
+
+@pytest.mark.parametrize("attn", DESIGNS)
+def test_forward_backward_and_initial_loss(attn):
+    cfg = tiny(attn)
+    model = GPT(cfg)
+    idx = tokens(cfg)
+    logits, loss = model(idx, idx)
+    assert logits.shape == (2, cfg.block_size, cfg.vocab_size)
+    assert abs(loss.item() - math.log(cfg.vocab_size)) < 0.01  # uniform prediction at init
+    loss.backward()
+    for name, p in model.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all(), name
+    # one step of learning moves the loss: the graph really reaches the attention weights
+    assert model.h[0].attn.c_proj.weight.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("attn", DESIGNS)
+def test_strictly_causal(attn):
+    cfg = tiny(attn)
+    model = randomized(cfg)
+    idx = tokens(cfg)
+    t = 13
+    changed = idx.clone()
+    changed[:, t + 1:] = (changed[:, t + 1:] + 1) % cfg.vocab_size
+    a, _ = model(idx)
+    b, _ = model(changed)
+    torch.testing.assert_close(a[:, :t + 1], b[:, :t + 1], rtol=0, atol=1e-5)
+    assert (a[:, t + 1:] - b[:, t + 1:]).abs().max() > 1e-3  # the later positions do see the change
+
+
+def test_gqa_with_all_heads_is_mha_and_mqa_is_gqa_with_one():
+    idx = tokens(tiny("mha"))
+    mha = randomized(tiny("mha"))
+    gqa = GPT(tiny("gqa", n_kv_head=4)).eval()
+    gqa.load_state_dict(mha.state_dict())
+    torch.testing.assert_close(gqa(idx)[0], mha(idx)[0])
+    mqa = randomized(tiny("mqa"))
+    gqa1 = GPT(tiny("gqa", n_kv_head=1)).eval()
+    gqa1.load_state_dict(mqa.state_dict())
+    torch.testing.assert_close(gqa1(idx)[0], mqa(idx)[0])
+    assert mha.h[0].attn.c_k.weight.shape[0] == 4 * 16 and mqa.h[0].attn.c_k.weight.shape[0] == 16
+
+
+def lrkv_parts(attn, i):
+    """(W_s, U_h for every head, B_h for every head) of K (i=0) or V (i=1), in the paper's
+    orientation: W_s (d, d_h), U (H, d, r), B (H, d_h, r)."""
+    H, r, d_h = attn.H, attn.r, attn.d_h
+    W_s = attn.W_s.weight[i * d_h:(i + 1) * d_h].T
+    U = attn.U.weight.view(2, H, r, -1)[i].transpose(1, 2)
+    B = (attn.B_k, attn.B_v)[i].view(H, d_h, r)
+    return W_s, U, B
+
+
+def test_lrkv_is_mha_with_weights_W_s_plus_U_B():
+    # Eqs. 2-3: head h uses W_h = W_s + U_h B_hᵀ. Build an MHA whose per-head K/V weights are
+    # exactly these, copy the rest, and the two models must compute the same function.
+    cfg = tiny("lrkv")
+    lrkv = randomized(cfg)
+    mha = GPT(tiny("mha")).eval()
+    state = {k: v for k, v in lrkv.state_dict().items()}
+    for l, block in enumerate(lrkv.h):
+        for i, name in enumerate(("c_k", "c_v")):
+            W_s, U, B = lrkv_parts(block.attn, i)
+            W = W_s + U @ B.transpose(1, 2)  # (H, d, d_h): one full weight per head
+            state[f"h.{l}.attn.{name}.weight"] = W.transpose(1, 2).reshape(-1, cfg.n_embd)
+        for k in ("W_s.weight", "U.weight", "B_k", "B_v"):
+            del state[f"h.{l}.attn.{k}"]
+    mha.load_state_dict(state)
+    idx = tokens(cfg)
+    torch.testing.assert_close(lrkv(idx)[0], mha(idx)[0], rtol=1e-4, atol=1e-4)
+
+
+def test_lrkv_without_residuals_is_mqa():
+    cfg = tiny("lrkv")
+    lrkv = randomized(cfg)
+    mqa = GPT(tiny("mqa")).eval()
+    state = dict(lrkv.state_dict())
+    for l, block in enumerate(lrkv.h):
+        block.attn.B_k.data.zero_()
+        block.attn.B_v.data.zero_()
+        W = state.pop(f"h.{l}.attn.W_s.weight")
+        state[f"h.{l}.attn.c_k.weight"], state[f"h.{l}.attn.c_v.weight"] = W.chunk(2)
+        for k in ("U.weight", "B_k", "B_v"):
+            del state[f"h.{l}.attn.{k}"]
+    mqa.load_state_dict(state)
+    idx = tokens(cfg)
+    torch.testing.assert_close(lrkv(idx)[0], mqa(idx)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_lrkv_residual_starts_at_a_tenth_of_shared():
+    model = GPT(tiny("lrkv", n_embd=128, lrkv_rank=13))
+    for block in model.h:
+        for i in (0, 1):
+            W_s, U, B = lrkv_parts(block.attn, i)
+            ratio = (U @ B.transpose(1, 2)).flatten(1).norm(dim=1) / W_s.norm()  # (H,)
+            assert torch.allclose(ratio, torch.full_like(ratio, 0.1), atol=0.005)
+
+
+@pytest.mark.parametrize("q_rank", [0, 16])
+def test_mla_absorbed_equals_naive(q_rank):
+    cfg = tiny("mla", mla_q_rank=q_rank)
+    model = randomized(cfg)
+    idx = tokens(cfg)
+    naive, _ = model(idx)
+    for block in model.h:
+        block.attn.absorb = True
+    absorbed, _ = model(idx)
+    torch.testing.assert_close(absorbed, naive, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("attn", DESIGNS)
+def test_parameter_counts_equal_formulas(attn):
+    cfg = tiny(attn)
+    model = GPT(cfg)
+    kv_names = {"mha": ("c_k", "c_v"), "gqa": ("c_k", "c_v"), "mqa": ("c_k", "c_v"),
+                "mla": ("W_dkv", "W_ukv"), "lrkv": ("W_s", "U", "B_k", "B_v")}[attn]
+    kv = sum(p.numel() for n, p in model.named_parameters() if n.split(".")[2:3] == ["attn"]
+             and n.split(".")[3] in kv_names)
+    assert kv == flops.kv_params(cfg)
+    assert sum(p.numel() for p in model.parameters()) == flops.params(cfg)
+    # SPEC's K/V formulas written out once more, per layer
+    d, H, d_h, L = cfg.n_embd, cfg.n_head, cfg.head_dim, cfg.n_layer
+    expected = {"mha": 2 * H * d * d_h, "gqa": 2 * 2 * d * d_h, "mqa": 2 * d * d_h,
+                "lrkv": 2 * d * d_h + 2 * H * 6 * (d + d_h),
+                "mla": d * (24 + 8) + 24 * H * (d_h - 8 + d_h)}[attn]
+    assert kv == L * expected
+
+
+@pytest.mark.parametrize("attn", DESIGNS)
+def test_train_flops_equal_flop_counter(attn):
+    cfg = tiny(attn, block_size=48)
+    model = GPT(cfg)
+    idx = tokens(cfg, B=2)
+    # the math backend runs attention as matmuls the counter sees (as full, non-causal attention)
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+        _, loss = model(idx, idx)
+        loss.backward()
+    measured = counter.get_total_flops() / idx.numel()
+    assert abs(measured / flops.train_flops_per_token(cfg) - 1) < 0.01
+
+
+@pytest.mark.parametrize("attn", DESIGNS)
+def test_cache_bytes_allocated_equal_formula(attn):
+    cfg = tiny(attn)
+    model = randomized(cfg)
+    caches = model.new_caches(max_len=20)
+    with torch.no_grad():
+        model(tokens(cfg, B=3, T=20), caches=caches)
+    allocated = sum(c.nbytes() for c in caches)
+    assert allocated == 3 * 20 * flops.kv_cache_bytes_per_token(cfg, bytes_per_elem=4)
+
+
+@pytest.mark.parametrize("attn", DESIGNS)
+def test_cached_decoding_equals_full_forward(attn):
+    cfg = tiny(attn)
+    model = randomized(cfg)
+    idx = tokens(cfg, T=20)
+    with torch.no_grad():
+        full, _ = model(idx)
+        caches = model.new_caches()
+        steps = [model(idx[:, :8], caches=caches)[0]]  # prefill 8, chunk of 5, then one at a time
+        steps.append(model(idx[:, 8:13], caches=caches)[0])
+        steps += [model(idx[:, t:t + 1], caches=caches)[0] for t in range(13, 20)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-4, atol=1e-4)
+
+
+def test_paper_cache_shares():
+    share = {}
+    for name in PRESETS:
+        lrkv, mha = preset(name, attn="lrkv"), preset(name, attn="mha")
+        share[name] = round(100 * flops.kv_cache_bytes_per_token(lrkv) / flops.kv_cache_bytes_per_token(mha), 1)
+    assert [share[n] for n in ("128m", "512m-8k", "1.2b", "2.5b", "6.3b")] == [52.6, 48.2, 48.2, 48.5, 45.3]
+    # and per token in bytes, from the formula: 512m-8k MHA caches 24 layers × 2·12·128 bf16 values
+    assert flops.kv_cache_bytes_per_token(preset("512m-8k", attn="mha")) == 24 * 2 * 12 * 128 * 2
+    assert flops.kv_cache_bytes_per_token(preset("512m-8k", attn="mla")) == 24 * (256 + 64) * 2
+    assert flops.kv_cache_bytes_per_token(preset("512m-8k", attn="gqa")) == 24 * 2 * 4 * 128 * 2
+
+
+@pytest.mark.parametrize("kw, field", [
+    (dict(attn="bogus"), "attn"),
+    (dict(attn="gqa", n_head=6, n_kv_head=4), "n_kv_head"),
+    (dict(n_embd=100, n_head=3), "n_embd"),
+    (dict(attn="lrkv", lrkv_rank=200), "lrkv_rank"),
+    (dict(attn="lrkv", lrkv_rank=-1), "lrkv_rank"),
+    (dict(attn="mla", mla_rope_dim=64, n_embd=256, n_head=4), "mla_rope_dim"),
+    (dict(attn="mla", mla_rope_dim=7, n_embd=256, n_head=4), "mla_rope_dim"),
+    (dict(attn="mla", mla_kv_rank=-5), "mla_kv_rank"),
+])
+def test_bad_config_names_the_field(kw, field):
+    with pytest.raises(ValueError) as e:
+        GPTConfig(**kw)
+    msg = str(e.value)
+    assert msg.startswith(f"{field}=") and "\n" not in msg
+
+
+def test_defaults_follow_the_papers_ratios():
+    c = GPTConfig(attn="lrkv", n_head=12, n_embd=1536)
+    assert c.lrkv_rank == 51  # 0.4·128
+    assert GPTConfig(attn="gqa", n_head=12, n_embd=1536).n_kv_head == 3
+    assert GPTConfig(attn="gqa", n_head=18, n_embd=2304).n_kv_head == 6
+    m = GPTConfig(attn="mla", n_head=12, n_embd=1536)
+    assert (m.mla_kv_rank, m.mla_rope_dim) == (128, 64)
+    assert GPTConfig(attn="mha", n_kv_head=3).n_kv_head == 6  # design-specific fields resolve
+
+
+def test_torch_compile_trains_every_design():
+    for attn in DESIGNS:
+        cfg = tiny(attn, n_layer=1, n_embd=32, block_size=16, mla_rope_dim=4, lrkv_rank=4)
+        torch.manual_seed(0)
+        model = GPT(cfg)
+        compiled = torch.compile(model)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        idx = tokens(cfg)
+        _, loss = compiled(idx, idx)
+        loss.backward()
+        opt.step()
+        _, eager = model(idx, idx)
+        assert eager.item() < loss.item(), attn  # the compiled step's gradients improved the model
