@@ -131,7 +131,7 @@ class GPT(nn.Module):
         logits = self.lm_head(norm(x)).float()  # (B, T, V)
         if targets is None:
             return logits, None
-        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
+        loss = F.cross_entropy(logits.flatten(0, 1), targets.reshape(-1), ignore_index=-1)
         return logits, loss
 
     def new_caches(self, max_len=None):

@@ -1,0 +1,247 @@
+"""plot.py on synthetic logs whose numbers can be worked out by hand. Fast and offline."""
+import os
+import sys
+import json
+
+import numpy as np
+import pytest
+import matplotlib
+matplotlib.use("Agg")
+from matplotlib.colors import to_rgba
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import plot  # noqa: E402
+
+TPS = 10_000  # tokens per step: evals every 100 steps are 1M tokens apart
+FPT = {"mha": 1.0e8, "lrkv": 0.98e8, "mla": 0.95e8, "gqa": 0.96e8, "mqa": 0.94e8}
+SMALL = {"n_layer": 4, "n_head": 4, "n_embd": 128, "block_size": 256, "dataset": "shakespeare"}
+
+# test losses at steps 0, 100, ..., i.e. at 0, 1M, 2M, ... tokens
+MHA = [4.0, 3.5, 3.2, 3.0, 2.9, 2.8]            # the target: 2.8 at 5M tokens
+LRKV = [4.0, 3.4, 3.1, 2.9, 2.75, 2.7]          # 2.8 is 2/3 of the way from 3M to 4M tokens
+GQA_A = [4.0, 3.45, 3.15, 2.95, 2.85, 2.78]     # two seeds, mean [4, 3.5, 3.2, 3.0, 2.85, 2.79]
+GQA_B = [4.0, 3.55, 3.25, 3.05, 2.85, 2.80]     # mean reaches 2.8 at 4M + (0.05/0.06)M
+MLA = [4.0, 3.4, 3.1, 2.95]                     # partial: stopped at 3M tokens, above 2.8 -> "not yet"
+MQA = [4.0, 3.6, 3.3, 3.1, 3.0, 2.95]           # full length, never gets to 2.8
+
+
+def header(attn, run, seed=0, shape=SMALL, **kw):
+    cfg = dict(shape, n_kv_head={"mha": 4, "gqa": 2, "mqa": 1}.get(attn, 4), lrkv_rank=8, mla_kv_rank=32,
+               mla_rope_dim=16, seed=seed, max_iters=500, batch_size=8)
+    mha_kv = 2 * shape["n_layer"] * shape["n_embd"] * 2
+    kv = {"mha": mha_kv, "gqa": mha_kv // 2, "mqa": mha_kv // 4, "mla": mha_kv // 8, "lrkv": mha_kv // 2}[attn]
+    h = {"type": "header", "run": run, "attn": attn, "config": cfg, "params": 1_234_567, "kv_params": 1000,
+         "flops_per_token": FPT[attn], "paper_flops_per_token": 6 * 1_234_567, "kv_bytes_per_token": kv,
+         "mha_kv_bytes_per_token": mha_kv, "tokens_per_step": TPS, "git": "abc", "device": "cpu", "time": "now"}
+    h.update(kw)
+    return h
+
+
+def step_lines(attn, losses, first=0, train_every=25):
+    """Step lines every train_every steps, with an eval (test_loss) every 100 steps."""
+    out = []
+    for s in range(first, 100 * (len(losses) - 1) + 1, train_every):
+        rec = {"type": "step", "step": s, "tokens": s * TPS, "flops": s * TPS * FPT[attn], "train_loss": 5.0,
+               "lr": 1e-3, "dt": 0.1, "tokens_per_s": 1e5, "mfu": None}
+        if s % 100 == 0:
+            rec.update(test_loss=losses[s // 100], test_bpb=losses[s // 100] / np.log(2) / 4)
+        out.append(json.dumps(rec))
+    return out
+
+
+def write(folder, lines, tail=""):
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "log.jsonl"), "w") as f:
+        f.write("\n".join(json.dumps(l) if isinstance(l, dict) else l for l in lines) + "\n" + tail)
+    return folder
+
+
+@pytest.fixture
+def runs_dir(tmp_path):
+    d = tmp_path / "out"
+    # MHA was interrupted and resumed from step 300: the first segment's steps 300-400 are stale
+    first = step_lines("mha", MHA[:5])
+    first = [l.replace('"test_loss": 2.9', '"test_loss": 1.0') for l in first]  # stale value at step 400
+    write(d / "mha", [header("mha", "mha")] + first + [header("mha", "mha", resumed=True)]
+          + step_lines("mha", MHA, first=300))
+    write(d / "lrkv", [header("lrkv", "lrkv")] + step_lines("lrkv", LRKV))
+    write(d / "gqa_s0", [header("gqa", "gqa_s0", seed=0)] + step_lines("gqa", GQA_A))
+    write(d / "gqa_s1", [header("gqa", "gqa_s1", seed=1)] + step_lines("gqa", GQA_B))
+    write(d / "mla", [header("mla", "mla")] + step_lines("mla", MLA))
+    # MQA is still running: its last line is half written
+    write(d / "mqa", [header("mqa", "mqa")] + step_lines("mqa", MQA), tail='{"type": "step", "step": 51')
+    return d
+
+
+def test_reach_interpolates_and_never():
+    t = [0, 10, 20, 30]
+    assert plot.reach(t, [4.0, 3.0, 2.0, 1.0], 2.5) == pytest.approx(15.0)
+    assert plot.reach(t, [4.0, 3.0, 2.0, 1.0], 2.0) == pytest.approx(20.0)   # exactly at an eval point
+    assert plot.reach(t, [2.0, 3.0, 1.0, 1.0], 2.5) == pytest.approx(0.0)    # already there at the first eval
+    assert plot.reach(t, [4.0, 3.0, 2.6, 2.55], 2.5) is None
+    assert plot.reach(t, [4.0, 2.0, 3.0, 1.0], 2.5) == pytest.approx(7.5)    # the first crossing counts
+
+
+def test_load_run_resumed_and_truncated(runs_dir, capsys):
+    mha = plot.load_run(str(runs_dir / "mha" / "log.jsonl"))
+    assert mha["attn"] == "mha" and mha["header"].get("resumed") is None  # the first header describes it
+    assert mha["step"].tolist() == [0, 100, 200, 300, 400, 500]
+    assert mha["loss"].tolist() == MHA  # the stale 1.0 at step 400 is gone
+    assert mha["last_step"] == 500
+    mqa = plot.load_run(str(runs_dir / "mqa" / "log.jsonl"))
+    assert mqa["loss"].tolist() == MQA
+    err = capsys.readouterr().err
+    assert "mqa" in err and "unreadable" in err and "mha" not in err
+
+
+def test_summary_values_by_hand(runs_dir, capsys):
+    runs = [plot.load_run(p) for p in plot.find_runs([str(runs_dir)])]
+    rows = {r["attn"]: r for r in plot.summarize(runs)}
+    assert [r["attn"] for r in plot.summarize(runs)] == ["mha", "lrkv", "mla", "gqa", "mqa"]
+    M = 1e6
+    assert rows["mha"]["loss"] == pytest.approx(2.8)
+    assert rows["mha"]["reach_tokens"] == pytest.approx(5 * M) and rows["mha"]["faster_tokens"] == pytest.approx(0)
+    assert rows["lrkv"]["loss"] == pytest.approx(2.7)
+    assert rows["lrkv"]["reach_tokens"] == pytest.approx(3 * M + 2 / 3 * M)
+    assert rows["lrkv"]["faster_tokens"] == pytest.approx(1 - (11 / 3) / 5)
+    # compute: LRKV spends 0.98e8 FLOPs/token against MHA's 1e8
+    assert rows["lrkv"]["reach_flops"] == pytest.approx(11 / 3 * M * 0.98e8)
+    assert rows["lrkv"]["faster_flops"] == pytest.approx(1 - 11 / 3 * 0.98 / 5)
+    assert rows["gqa"]["n"] == 2 and rows["gqa"]["loss"] == pytest.approx(2.79)
+    assert rows["gqa"]["reach_tokens"] == pytest.approx(4 * M + 0.05 / 0.06 * M)
+    assert rows["gqa"]["spread"] == pytest.approx(0.02)
+    assert rows["gqa"]["curve"]["lo"][3] == pytest.approx(2.95) and rows["gqa"]["curve"]["hi"][3] == pytest.approx(3.05)
+    assert rows["mla"]["loss"] == pytest.approx(2.95) and rows["mla"]["reach_tokens"] is None
+    assert rows["mqa"]["reach_tokens"] is None
+    assert rows["lrkv"]["spread"] is None
+    assert rows["gqa"]["kv_pct"] == pytest.approx(0.5) and rows["mla"]["kv_pct"] == pytest.approx(0.125)
+    text = plot.table(list(rows.values()))
+    line = {l.split()[0] if not l.startswith("Standard") else "mha": l for l in text.splitlines()}
+    assert "3.67M" in line["LRKV"] and "+26.7%" in line["LRKV"] and "+28.1%" in line["LRKV"]
+    assert "4.83M" in line["GQA"] and "2.7900" in line["GQA"] and "50.0%" in line["GQA"]
+    assert "not yet" in line["MLA"] and "never" in line["MQA"] and "never" not in line["MLA"]
+    assert len({len(l) for l in text.splitlines()}) == 1  # aligned columns
+    md = plot.table(list(rows.values()), markdown=True).splitlines()
+    assert md[0].startswith("| design |") and md[1].startswith("|---|") and md[2].startswith("| Standard MHA |")
+
+
+def test_figure_lines_styles_and_axes(runs_dir):
+    runs = [plot.load_run(p) for p in plot.find_runs([str(runs_dir)])]
+    fig, ax, top = plot.draw(plot.summarize(runs))
+    lines = ax.get_lines()
+    assert [l.get_label() for l in lines] == ["Standard MHA", "LRKV", "MLA", "GQA", "MQA"]
+    want = [("tab:blue", "-"), ("tab:red", "-"), ("tab:purple", ":"), ("tab:orange", "--"), ("tab:green", "-")]
+    for l, (color, ls) in zip(lines, want):
+        assert to_rgba(l.get_color()) == to_rgba(color) and l.get_linestyle() == ls
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["Standard MHA", "LRKV", "MLA", "GQA", "MQA"]
+    assert len(ax.collections) == 1  # one min-max band: only GQA has two seeds
+    assert lines[1].get_xdata().tolist() == [0, 1, 2, 3, 4, 5]  # Millions of tokens
+    assert ax.get_xlabel() == "Training Tokens (Millions)"
+    assert ax.get_ylabel() == "Test Cross-Entropy Loss"
+    # 5M tokens x 1e8 FLOPs/token = 5e14 FLOPs: TeraFLOPs, converted with MHA's ratio
+    assert top is not None and top in ax.child_axes
+    assert top.get_xlabel() == "Training Compute (TeraFLOPs)"
+    assert ax.get_title() == "Training Compute (TeraFLOPs) vs. Test Cross-Entropy Loss"
+    fig.canvas.draw()
+    lo, hi = ax.get_xlim()
+    assert top.get_xlim() == pytest.approx((lo * 100, hi * 100))  # 1M tokens = 1e14 FLOPs = 100 TeraFLOPs
+    assert lo == pytest.approx(0.5)  # the view starts at 10% of the 5M tokens, like the paper's 5B of 50B
+
+
+def test_flops_axis_and_unit_scaling(runs_dir):
+    runs = [plot.load_run(p) for p in plot.find_runs([str(runs_dir)])]
+    fig, ax, top = plot.draw(plot.summarize(runs), x="flops", seeds=True)
+    assert ax.get_xlabel() == "Training Compute (TeraFLOPs)"
+    assert top.get_xlabel() == "Training Tokens (Millions)"
+    mqa = [l for l in ax.get_lines() if l.get_label() == "MQA"][0]
+    assert mqa.get_xdata()[-1] == pytest.approx(5e6 * 0.94e8 / 1e12)  # each design's own compute
+    assert len(ax.get_lines()) == 5 + 6  # --seeds adds one thin line per run
+    assert plot.unit(5e10, plot.TOKEN_UNITS) == (1e9, "Billions")
+    assert plot.unit(5e5, plot.TOKEN_UNITS) == (1e3, "Thousands")
+    assert plot.unit(1.536e20, plot.FLOP_UNITS) == (1e18, "ExaFLOPs")
+    assert plot.unit(3e15, plot.FLOP_UNITS) == (1e15, "PetaFLOPs")
+    assert plot.unit(5e7, plot.FLOP_UNITS) == (1e9, "GigaFLOPs")
+
+
+def test_main_writes_files_and_prints_table(runs_dir, tmp_path, capsys):
+    out = tmp_path / "figs"
+    assert plot.main([str(runs_dir), f"--out={out}"]) == 0
+    stdout = capsys.readouterr().out
+    assert (out / "figure.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (out / "figure.pdf").read_bytes()[:5] == b"%PDF-"
+    md = (out / "results.md").read_text()
+    assert "| LRKV | 1 | 5M | 2.7000 |" in md and "seed noise GQA" in md and "0.0200" in md
+    assert "seed noise GQA" in stdout and "figure.png" in stdout
+    # with no DIRS it reads --out/*/log.jsonl
+    assert plot.main([f"--out={runs_dir}"]) == 0
+    assert (runs_dir / "figure.png").exists()
+
+
+def test_no_eval_run_listed_not_drawn(tmp_path, capsys):
+    d = tmp_path / "out"
+    write(d / "mha", [header("mha", "mha")] + step_lines("mha", MHA))
+    write(d / "gqa", [header("gqa", "gqa")] + [l for l in step_lines("gqa", GQA_A) if "test_loss" not in l])
+    rows = plot.summarize([plot.load_run(p) for p in plot.find_runs([str(d)])])
+    assert "no eval yet" in capsys.readouterr().err
+    fig, ax, _ = plot.draw(rows)
+    assert [l.get_label() for l in ax.get_lines()] == ["Standard MHA"]
+    gqa = [l for l in plot.table(rows).splitlines() if l.startswith("GQA")][0].split()
+    assert gqa[1] == "1" and gqa[2:5] == ["-", "-", "-"] and gqa[-4:] == ["-", "-", "-", "-"]
+
+
+def test_paper_overlay_only_for_the_figures_config(runs_dir, tmp_path, capsys):
+    assert plot.main([str(runs_dir), f"--out={tmp_path}", "--paper"]) == 0
+    assert "--paper overlay skipped" in capsys.readouterr().out
+    big = dict(SMALL, n_layer=24, n_head=12, n_embd=1536, block_size=8192)
+    d = tmp_path / "big"
+    for attn, losses in [("mha", MHA), ("lrkv", LRKV)]:
+        write(d / attn, [header(attn, attn, shape=big)] + step_lines(attn, losses))
+    runs = [plot.load_run(p) for p in plot.find_runs([str(d)])]
+    assert plot.paper_config(runs) == (True, "")
+    fig, ax, _ = plot.draw(plot.summarize(runs), paper=True)
+    stars = [c for c in ax.collections if len(c.get_offsets())]
+    assert len(stars) == 5 and len(ax.get_lines()) == 2
+    assert sorted(float(c.get_offsets()[0][1]) for c in stars) == sorted(plot.PAPER_FINAL.values())
+    assert all(float(c.get_offsets()[0][0]) == pytest.approx(50.0) for c in stars)  # 50B tokens
+    assert ax.get_xlabel() == "Training Tokens (Billions)"
+    assert "Paper, Table 9 (50B tokens)" in [t.get_text() for t in ax.get_legend().get_texts()]
+
+
+def one_line_error(capsys):
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.count("\n") == 1
+    return err
+
+
+def test_errors_exit_2_with_one_line(tmp_path, capsys):
+    assert plot.main([str(tmp_path / "nope")]) == 2
+    assert "nope" in one_line_error(capsys)
+    (tmp_path / "empty").mkdir()
+    assert plot.main([str(tmp_path / "empty")]) == 2
+    err = one_line_error(capsys)
+    assert "empty" in err and "python train.py" in err
+    bad = write(tmp_path / "bad" / "run1", [{"type": "header", "run": "run1", "config": {}}] + step_lines("mha", MHA))
+    assert plot.main([str(tmp_path / "bad")]) == 2
+    err = one_line_error(capsys)
+    assert os.path.join(bad, "log.jsonl") in err and "attn" in err
+    write(tmp_path / "bad" / "run2", [dict(header("mha", "run2"), attn="sparse")])
+    write(tmp_path / "bad" / "run3", ["{not json"])
+    assert plot.main([str(tmp_path / "bad")]) == 2
+    err = one_line_error(capsys)
+    assert "run2" in err and "'sparse'" in err and "run3" in err
+    # a good run next to the bad ones: the bad ones are skipped with a warning, the plot is made
+    write(tmp_path / "bad" / "good", [header("mha", "good")] + step_lines("mha", MHA))
+    assert plot.main([str(tmp_path / "bad"), f"--out={tmp_path / 'o'}"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("skipping") == 3 and (tmp_path / "o" / "figure.png").exists()
+
+
+def test_cli_exit_code_and_no_torch(tmp_path):
+    # the script itself: exit status 2 from the shell, and it never pulls in torch or the model
+    import subprocess
+    root = os.path.join(os.path.dirname(__file__), "..")
+    p = subprocess.run([sys.executable, "plot.py", str(tmp_path / "nope")], cwd=root, capture_output=True, text=True,
+                       env=dict(os.environ, MPLBACKEND="Agg"))
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "Traceback" not in p.stderr
+    code = "import sys, plot; assert not {'torch', 'model', 'attention'} & set(sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], cwd=root).returncode == 0

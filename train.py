@@ -1,0 +1,337 @@
+"""
+Train a GPT with the attention chosen by --attn, log test loss against tokens and FLOPs.
+
+    python train.py                                   # CPU preset on Shakespeare, a few minutes
+    python train.py --attn=lrkv --max_iters=500       # any field as --key=value (full names)
+    torchrun --standalone --nproc_per_node=8 train.py config/512m_8k.py --attn=lrkv
+
+Config files are Python files that assign the fields below; --key=value overrides them.
+Every run writes out_dir/run/log.jsonl (a header, then a line per log step) and ckpt.pt.
+"""
+import ast
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict, fields
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import flops
+from eval import evaluate
+from model import GPT, GPTConfig, preset as model_preset
+from prepare import load_split, prepare
+from tokenizer import get_tokenizer
+
+# -----------------------------------------------------------------------------
+# defaults: the CPU preset on the embedded corpus
+out_dir = "out"
+run = ""  # default: {preset}_{attn}_s{seed}
+resume = False
+preset = "cpu"  # model shape from model.PRESETS; the model fields below override it
+attn = "mha"
+n_layer = n_head = n_embd = block_size = vocab_size = 0  # 0 = the preset's (vocab: the data's, padded)
+n_kv_head = lrkv_rank = mla_kv_rank = mla_rope_dim = mla_q_rank = 0
+dataset = "shakespeare"  # shakespeare (embedded, prepared on first use) or fineweb
+tokenizer = "byte"  # byte for CPU runs, gpt2 for real ones
+batch_size = 16  # sequences per rank per micro-step
+total_batch_tokens = 16 * 256  # global tokens per optimiser step, fixed whatever the world size
+max_iters = 600
+warmup_iters = 30
+min_lr_frac = 0.0  # cosine decays to this fraction of each learning rate
+optimizer = "muon"  # muon (the paper's) or adamw (a plain baseline)
+matrix_lr = 0.02  # Muon, every hidden weight matrix
+embed_lr = 0.2  # AdamW, token embedding
+head_lr = 0.004  # AdamW, output head
+adamw_lr = 3e-3  # --optimizer=adamw: every parameter
+betas = (0.9, 0.95)
+weight_decay = 0.1
+grad_clip = 1.0
+eval_interval = 50
+eval_tokens = 65536  # the same held-out tokens for every design
+log_interval = 10
+seed = 0
+device = "auto"  # auto: cuda if available, else cpu
+compile = "auto"  # auto: on for cuda
+# -----------------------------------------------------------------------------
+MODEL_FIELDS = [f.name for f in fields(GPTConfig) if f.name != "rope_base"]
+config_keys = [k for k, v in globals().items() if not k.startswith("_") and k.islower()
+               and isinstance(v, (int, float, str, bool, tuple)) and k not in ("MODEL_FIELDS",)]
+
+
+def fail(msg):
+    # one line, no traceback: bad input is the user's to fix, and this says how
+    print(f"error: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+def configure(argv):
+    """nanoGPT-style: files assign globals, then --key=value overrides, type-checked."""
+    g = globals()
+    for arg in argv:
+        if not arg.startswith("--"):
+            if not os.path.isfile(arg):
+                fail(f"config file {arg} not found; see config/ for the presets")
+            exec(open(arg).read(), g)
+            continue
+        key, eq, val = arg[2:].partition("=")
+        if key not in config_keys:
+            fail(f"unknown flag --{key}; flags are: " + " ".join(f"--{k}" for k in config_keys))
+        if not eq:
+            val = "True"
+        try:
+            val = ast.literal_eval(val)
+        except (ValueError, SyntaxError):
+            pass  # a bare string such as --attn=lrkv
+        default = g[key]
+        if isinstance(default, bool) or default == "auto":
+            ok = isinstance(val, bool) or val == "auto"
+        elif isinstance(default, float):
+            ok = isinstance(val, (int, float)) and not isinstance(val, bool)
+        else:
+            ok = type(val) is type(default)
+        if not ok:
+            fail(f"--{key}={val!r}: expected {type(default).__name__} like the default {default!r}")
+        g[key] = float(val) if isinstance(default, float) else val
+
+
+configure(sys.argv[1:])
+cfg_dict = {k: globals()[k] for k in config_keys}
+run = run or f"{preset}_{attn}_s{seed}"
+run_dir = os.path.join(out_dir, run)
+
+# distributed: torchrun sets RANK; NCCL on GPUs, gloo on CPU
+ddp = "RANK" in os.environ
+rank, local_rank, world = (int(os.environ.get(k, d)) for k, d in (("RANK", 0), ("LOCAL_RANK", 0), ("WORLD_SIZE", 1)))
+if device == "auto":
+    device = f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu"
+cuda = device.startswith("cuda")
+if ddp:
+    if cuda:
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if cuda else "gloo")
+master = rank == 0
+log = print if master else (lambda *a, **k: None)
+compile = cuda if compile == "auto" else compile
+if cuda:
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+autocast = torch.autocast("cuda", dtype=torch.bfloat16) if cuda else torch.autocast("cpu", enabled=False)
+
+# data: the embedded corpus prepares itself on first use; anything else must be prepared first
+data_dir = os.path.join("data", f"{dataset}_{tokenizer}")
+if dataset == "shakespeare" and master:
+    prepare(dataset, tokenizer)
+if ddp:
+    dist.barrier()
+try:
+    train_data, val_data = load_split(data_dir, "train"), load_split(data_dir, "val")
+except FileNotFoundError as e:
+    fail(str(e))
+tok = get_tokenizer(tokenizer)
+
+# model
+try:
+    overrides = {k: globals()[k] for k in MODEL_FIELDS if globals()[k]}
+    overrides.setdefault("vocab_size", math.ceil(tok.vocab_size / 64) * 64)  # pad for fast matmuls
+    mcfg = model_preset(preset, **overrides)
+except ValueError as e:
+    fail(str(e))
+if mcfg.vocab_size < tok.vocab_size:
+    fail(f"vocab_size={mcfg.vocab_size} is smaller than the {tokenizer} tokenizer's {tok.vocab_size}")
+T = mcfg.block_size
+if total_batch_tokens % (batch_size * T * world):
+    fail(f"total_batch_tokens={total_batch_tokens} must be a multiple of batch_size·block_size·ranks "
+         f"= {batch_size}·{T}·{world}; change --batch_size or --total_batch_tokens")
+grad_accum = total_batch_tokens // (batch_size * T * world)
+torch.manual_seed(seed)
+model = GPT(mcfg).to(device)
+flops_per_token = flops.train_flops_per_token(mcfg)
+
+# optimisers: Muon orthogonalises each hidden weight matrix as stored (a per-head stack such as
+# c_k, LRKV's U and B or MLA's W_ukv counts as one matrix, the same for every design); AdamW for
+# the embedding and the head. Decoupled decay at lr 0.2 would shrink the embedding 2% a step,
+# so the embedding gets none.
+hidden = [p for n, p in model.named_parameters() if n.startswith("h.")]
+if optimizer == "muon":
+    optims = [torch.optim.Muon(hidden, lr=matrix_lr, weight_decay=weight_decay),
+              torch.optim.AdamW([dict(params=[model.wte.weight], lr=embed_lr, weight_decay=0.0),
+                                 dict(params=[model.lm_head.weight], lr=head_lr)],
+                                betas=betas, weight_decay=weight_decay)]
+elif optimizer == "adamw":
+    optims = [torch.optim.AdamW([dict(params=hidden + [model.lm_head.weight]),
+                                 dict(params=[model.wte.weight], weight_decay=0.0)],
+                                lr=adamw_lr, betas=betas, weight_decay=weight_decay)]
+else:
+    fail(f"--optimizer={optimizer!r} is unknown; use muon or adamw")
+for opt in optims:
+    for group in opt.param_groups:
+        group["base_lr"] = group["lr"]
+
+
+def lr_frac(step):
+    # linear warm-up, then cosine to min_lr_frac
+    if step < warmup_iters:
+        return (step + 1) / warmup_iters
+    progress = (step - warmup_iters) / max(1, max_iters - warmup_iters)
+    return min_lr_frac + (1 - min_lr_frac) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
+def get_batch(step):
+    """The global batch of a step is a function of (seed, step) alone, so a resumed run and a run
+    on any number of ranks see the same sequences. Returns this rank's grad_accum micro-batches."""
+    g = torch.Generator().manual_seed(seed * 1_000_003 + step)
+    shards = train_data if isinstance(train_data, list) else [train_data]
+    ends = np.cumsum([len(s) for s in shards])
+    n = batch_size * grad_accum * world
+    starts = torch.randint(0, int(ends[-1]), (n,), generator=g).numpy()
+    rows = []
+    for pos in starts[rank * batch_size * grad_accum:(rank + 1) * batch_size * grad_accum]:
+        i = int(np.searchsorted(ends, pos, side="right"))
+        shard = shards[i]
+        off = min(int(pos - (ends[i] - len(shard))), len(shard) - T - 1)  # windows stay inside a shard
+        rows.append(torch.from_numpy(shard[off:off + T + 1].astype(np.int64)))
+    xy = torch.stack(rows).view(grad_accum, batch_size, T + 1).to(device)
+    return [(xy[i, :, :-1], xy[i, :, 1:]) for i in range(grad_accum)]
+
+
+def save_checkpoint(step):
+    ckpt = dict(model=model.state_dict(), optims=[o.state_dict() for o in optims], step=step,
+                model_config=asdict(mcfg), train_config=cfg_dict,
+                rng=dict(torch=torch.get_rng_state(), cuda=torch.cuda.get_rng_state_all() if cuda else None))
+    tmp = os.path.join(run_dir, "ckpt.pt.tmp")
+    torch.save(ckpt, tmp)
+    os.replace(tmp, os.path.join(run_dir, "ckpt.pt"))  # atomic: a kill leaves the old one whole
+
+
+def load_checkpoint(path):
+    try:
+        return torch.load(path, map_location=device, weights_only=False)
+    except Exception as e:
+        fail(f"checkpoint {path} is unreadable ({type(e).__name__}): it is truncated or not a "
+             f"checkpoint; restore it or start a new --run")
+
+
+log_path = os.path.join(run_dir, "log.jsonl")
+start, last_logged = 0, -1
+if resume:
+    ckpt_path = os.path.join(run_dir, "ckpt.pt")
+    if not os.path.exists(ckpt_path):
+        fail(f"no checkpoint at {ckpt_path} to resume; drop --resume to start the run")
+    ckpt = load_checkpoint(ckpt_path)
+    diff = [k for k, v in asdict(mcfg).items() if ckpt["model_config"].get(k) != v]
+    if diff:
+        fail(f"{ckpt_path} was trained with another model config ({', '.join(diff)} differ); "
+             f"pass the same flags or start a new --run")
+    model.load_state_dict(ckpt["model"])
+    for o, s in zip(optims, ckpt["optims"]):
+        o.load_state_dict(s)
+    start = ckpt["step"]
+    torch.set_rng_state(ckpt["rng"]["torch"])
+    # steps the killed run logged after its checkpoint are redone identically: keep their lines
+    with open(log_path) as f:
+        for line in f:
+            try:
+                last_logged = max(last_logged, json.loads(line).get("step", -1))
+            except json.JSONDecodeError:
+                pass  # a line cut by the kill
+elif master and os.path.exists(log_path):
+    fail(f"{run_dir} already holds a run; pass --resume to continue it or choose another --run")
+
+train_model = torch.compile(model) if compile else model
+if ddp:
+    train_model = DDP(train_model, device_ids=[local_rank] if cuda else None)
+
+PEAK_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A10G": 125e12,
+              "RTX 4090": 165e12, "RTX 3090": 71e12}  # dense bf16 tensor-core peaks
+device_name = torch.cuda.get_device_name(device) if cuda else "cpu"
+peak = next((v for k, v in PEAK_FLOPS.items() if k in device_name), None)
+
+
+def write_log(record):
+    if master:
+        with open(log_path, "a") as f:  # appended, one whole line per write
+            f.write(json.dumps(record) + "\n")
+
+
+if master:
+    os.makedirs(run_dir, exist_ok=True)
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        commit = ""
+    mha = GPTConfig(**{**asdict(mcfg), "attn": "mha"})
+    write_log(dict(type="header", run=run, attn=mcfg.attn, resumed=resume, start_step=start,
+                   config={**cfg_dict, **asdict(mcfg), "run": run}, params=flops.params(mcfg),
+                   kv_params=flops.kv_params(mcfg), flops_per_token=flops_per_token,
+                   paper_flops_per_token=flops.paper_flops_per_token(mcfg),
+                   kv_bytes_per_token=flops.kv_cache_bytes_per_token(mcfg),
+                   mha_kv_bytes_per_token=flops.kv_cache_bytes_per_token(mha),
+                   tokens_per_step=total_batch_tokens, world_size=world, git=commit,
+                   device=f"{world}x {device_name}", time=time.strftime("%Y-%m-%d %H:%M:%S")))
+log(f"{run}: {mcfg.attn}, {flops.params(mcfg) / 1e6:.2f}M params, {flops_per_token / 1e6:.2f} MFLOP/token, "
+    f"{total_batch_tokens} tokens/step ({world} rank(s) x {grad_accum} micro-steps x {batch_size}x{T}), "
+    f"{max_iters} steps on {device_name}")
+
+val_tokens = val_data[0] if isinstance(val_data, list) else val_data  # fineweb: one val shard
+token_bytes = torch.tensor(tok.token_bytes(), dtype=torch.float64)
+t_start, step, train_loss, dt = time.time(), start, None, None
+while True:  # `step` optimiser steps are done
+    record = dict(type="step", step=step, tokens=step * total_batch_tokens,
+                  flops=step * total_batch_tokens * flops_per_token)
+    if step > start:  # the step just taken
+        tps = total_batch_tokens / dt
+        record.update(train_loss=train_loss, lr=optims[0].param_groups[0]["lr"], dt=dt, tokens_per_s=tps,
+                      mfu=flops_per_token * tps / (peak * world) if peak else None)
+    evaluating = step % eval_interval == 0 or step == max_iters
+    if evaluating:
+        with autocast:
+            record["test_loss"], record["test_bpb"] = evaluate(model, val_tokens, T, batch_size, eval_tokens,
+                                                               token_bytes, device, rank, world)
+        log(f"step {step}: test loss {record['test_loss']:.4f}, {record['test_bpb']:.4f} bits/byte")
+    if (evaluating or step % log_interval == 0) and step > last_logged:  # a resumed run redoes
+        write_log(record)  # the steps after its checkpoint exactly; their lines are there already
+    if evaluating and step > start and master:
+        save_checkpoint(step)
+    if step > start and step % log_interval == 0:
+        eta = (time.time() - t_start) / (step - start) * (max_iters - step)
+        log(f"step {step}/{max_iters} | loss {train_loss:.4f} | {total_batch_tokens / dt:,.0f} tok/s | "
+            f"lr x{lr_frac(step - 1):.3f} | ETA {eta / 60:.1f} min")
+    if step == max_iters:
+        break
+
+    t0 = time.time()
+    for opt in optims:
+        for group in opt.param_groups:
+            group["lr"] = group["base_lr"] * lr_frac(step)
+    loss_sum = torch.zeros((), device=device)
+    for i, (x, y) in enumerate(get_batch(step)):
+        if ddp:
+            train_model.require_backward_grad_sync = i == grad_accum - 1  # sync once per step
+        with autocast:
+            _, loss = train_model(x, y)
+        (loss / grad_accum).backward()
+        loss_sum += loss.detach() / grad_accum
+    if ddp:
+        dist.all_reduce(loss_sum, op=dist.ReduceOp.AVG)
+    train_loss = loss_sum.item()
+    if not math.isfinite(train_loss):
+        if master:
+            print(f"error: train loss is {train_loss} at step {step + 1}; stopped. The last good checkpoint "
+                  f"is {run_dir}/ckpt.pt: lower the learning rates and run again with --resume", file=sys.stderr)
+        sys.exit(1)
+    if grad_clip:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    for opt in optims:
+        opt.step()
+    model.zero_grad(set_to_none=True)
+    dt = time.time() - t0
+    step += 1
+
+if ddp:
+    dist.destroy_process_group()
