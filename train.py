@@ -31,12 +31,13 @@ from tokenizer import get_tokenizer
 # -----------------------------------------------------------------------------
 # defaults: the CPU preset on the embedded corpus
 out_dir = "out"
-run = ""  # default: {preset}_{attn}_s{seed}
+run_name = ""  # default: {preset}_{attn}_s{seed}; not --run, which torchrun takes for its --run_path
 resume = False
 preset = "cpu"  # model shape from model.PRESETS; the model fields below override it
 attn = "mha"
 n_layer = n_head = n_embd = block_size = vocab_size = 0  # 0 = the preset's (vocab: the data's, padded)
 n_kv_head = lrkv_rank = mla_kv_rank = mla_rope_dim = mla_q_rank = 0
+data_dir = "data"
 dataset = "shakespeare"  # shakespeare (embedded, prepared on first use) or fineweb
 tokenizer = "byte"  # byte for CPU runs, gpt2 for real ones
 batch_size = 16  # sequences per rank per micro-step
@@ -102,7 +103,7 @@ def configure(argv):
 
 configure(sys.argv[1:])
 cfg_dict = {k: globals()[k] for k in config_keys}
-run = run or f"{preset}_{attn}_s{seed}"
+run = run_name or f"{preset}_{attn}_s{seed}"
 run_dir = os.path.join(out_dir, run)
 
 # distributed: torchrun sets RANK; NCCL on GPUs, gloo on CPU
@@ -124,13 +125,13 @@ if cuda:
 autocast = torch.autocast("cuda", dtype=torch.bfloat16) if cuda else torch.autocast("cpu", enabled=False)
 
 # data: the embedded corpus prepares itself on first use; anything else must be prepared first
-data_dir = os.path.join("data", f"{dataset}_{tokenizer}")
+dataset_dir = os.path.join(data_dir, f"{dataset}_{tokenizer}")
 if dataset == "shakespeare" and master:
-    prepare(dataset, tokenizer)
+    prepare(dataset, tokenizer, data_dir)
 if ddp:
     dist.barrier()
 try:
-    train_data, val_data = load_split(data_dir, "train"), load_split(data_dir, "val")
+    train_data, val_data = load_split(dataset_dir, "train"), load_split(dataset_dir, "val")
 except FileNotFoundError as e:
     fail(str(e))
 tok = get_tokenizer(tokenizer)
@@ -214,7 +215,7 @@ def load_checkpoint(path):
         return torch.load(path, map_location=device, weights_only=False)
     except Exception as e:
         fail(f"checkpoint {path} is unreadable ({type(e).__name__}): it is truncated or not a "
-             f"checkpoint; restore it or start a new --run")
+             f"checkpoint; restore it or start a new --run_name")
 
 
 log_path = os.path.join(run_dir, "log.jsonl")
@@ -227,10 +228,13 @@ if resume:
     diff = [k for k, v in asdict(mcfg).items() if ckpt["model_config"].get(k) != v]
     if diff:
         fail(f"{ckpt_path} was trained with another model config ({', '.join(diff)} differ); "
-             f"pass the same flags or start a new --run")
+             f"pass the same flags or start a new --run_name")
     model.load_state_dict(ckpt["model"])
     for o, s in zip(optims, ckpt["optims"]):
+        base = [g["base_lr"] for g in o.param_groups]
         o.load_state_dict(s)
+        for g, lr in zip(o.param_groups, base):  # this run's learning rates, not the saved ones
+            g["base_lr"] = lr
     start = ckpt["step"]
     torch.set_rng_state(ckpt["rng"]["torch"])
     # steps the killed run logged after its checkpoint are redone identically: keep their lines
@@ -241,7 +245,7 @@ if resume:
             except json.JSONDecodeError:
                 pass  # a line cut by the kill
 elif master and os.path.exists(log_path):
-    fail(f"{run_dir} already holds a run; pass --resume to continue it or choose another --run")
+    fail(f"{run_dir} already holds a run; pass --resume to continue it or choose another --run_name")
 
 train_model = torch.compile(model) if compile else model
 if ddp:
@@ -288,7 +292,7 @@ while True:  # `step` optimiser steps are done
         tps = total_batch_tokens / dt
         record.update(train_loss=train_loss, lr=optims[0].param_groups[0]["lr"], dt=dt, tokens_per_s=tps,
                       mfu=flops_per_token * tps / (peak * world) if peak else None)
-    evaluating = step % eval_interval == 0 or step == max_iters
+    evaluating = (step % eval_interval == 0 or step == max_iters) and (step > start or not resume)
     if evaluating:
         with autocast:
             record["test_loss"], record["test_bpb"] = evaluate(model, val_tokens, T, batch_size, eval_tokens,
@@ -322,7 +326,7 @@ while True:  # `step` optimiser steps are done
     train_loss = loss_sum.item()
     if not math.isfinite(train_loss):
         if master:
-            print(f"error: train loss is {train_loss} at step {step + 1}; stopped. The last good checkpoint "
+            print(f"error: train loss is {'NaN' if math.isnan(train_loss) else train_loss} at step {step + 1}; stopped. The last good checkpoint "
                   f"is {run_dir}/ckpt.pt: lower the learning rates and run again with --resume", file=sys.stderr)
         sys.exit(1)
     if grad_clip:
