@@ -352,4 +352,7 @@ if __name__ == "__main__":
     parser.add_argument("--nproc", type=int, default=None, help="fineweb: tokenizer processes (default: one per CPU)")
     args = parser.parse_args()
     fineweb_args = dict(shards=args.shards, shard_tokens=args.shard_tokens, val_tokens=args.val_tokens, nproc=args.nproc)
-    prepare(args.dataset, args.tokenizer, args.data_dir, **(fineweb_args if args.dataset == "fineweb" else {}))
+    try:
+        prepare(args.dataset, args.tokenizer, args.data_dir, **(fineweb_args if args.dataset == "fineweb" else {}))
+    except (ImportError, OSError, ValueError, RuntimeError) as e:  # missing pyarrow, no network, ...
+        sys.exit(f"error: {e}")

@@ -1,0 +1,14 @@
+# 1.2B (paper Tables 5-7): 24 layers, 12 heads, d_model 1536, context 2048, 50B tokens.
+# torchrun --standalone --nproc_per_node=8 train.py config/1.2b.py --attn=lrkv    (repeat for mha gqa mqa mla)
+# Estimate on one 8xH200 node at an assumed 40% MFU: about 24 h for MHA (training FLOPs from flops.py);
+# the paper's small global batch leaves each GPU little work, so expect lower MFU and more time.
+preset = "1.2b"
+dataset = "fineweb"
+tokenizer = "gpt2"
+batch_size = 2  # sequences of 2048 tokens per GPU per micro-step
+total_batch_tokens = 32768  # the paper's global batch (SPEC §4), the same on any number of GPUs
+max_iters = 1525879  # tokens / 32768
+warmup_iters = 2000
+eval_interval = 2000
+eval_tokens = 4_194_304  # fixed held-out FineWeb-Edu tokens, the same for every design
+log_interval = 50

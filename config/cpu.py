@@ -1,0 +1,12 @@
+# The CPU preset on the embedded Shakespeare corpus: what `python train.py` runs with no arguments
+# (these are train.py's defaults, written out). 4 layers, 4 heads, d_model 128, context 256,
+# byte tokenizer; ~2.5M tokens in about 3-4 minutes on a 2-core CPU.
+preset = "cpu"
+dataset = "shakespeare"
+tokenizer = "byte"
+batch_size = 16
+total_batch_tokens = 4096
+max_iters = 600
+warmup_iters = 30
+eval_interval = 50
+eval_tokens = 65536
