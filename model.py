@@ -137,6 +137,42 @@ class GPT(nn.Module):
     def new_caches(self, max_len=None):
         return [KVCache(max_len or self.cfg.block_size) for _ in self.h]
 
+    @torch.no_grad()
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True, generator=None):
+        """Continue the prompts idx (B, T) by max_new_tokens tokens -> (B, T + max_new_tokens).
+        temperature 0 is greedy; top_k keeps the k likeliest tokens; sampling draws from generator
+        (on any device) for reproducible runs. With the cache: one prefill of the prompt, then one
+        token per step, each design caching what it needs (MLA decodes absorbed, LRKV exactly).
+        use_cache=False recomputes the full forward every step: slow, and the reference."""
+        B, T = idx.size()
+        if T < 1:
+            raise ValueError("generate needs a prompt of at least one token (e.g. the tokenizer's eot)")
+        if T + max_new_tokens > self.cfg.block_size:
+            raise ValueError(f"prompt of {T} + max_new_tokens={max_new_tokens} tokens exceed the context "
+                             f"block_size={self.cfg.block_size}; shorten the prompt or generate fewer tokens")
+        if temperature < 0:
+            raise ValueError(f"temperature={temperature} must be >= 0 (0 = greedy)")
+        idx = idx.to(self.lm_head.weight.device)
+        # the last sampled token is never fed back, so the cache needs one slot less than the output
+        caches = self.new_caches(T + max_new_tokens - 1) if use_cache and max_new_tokens > 1 else None
+        x = idx  # what the next forward reads: the prompt, then the newest token (cache) or everything
+        for _ in range(max_new_tokens):
+            logits = self(x, caches=caches)[0][:, -1]  # (B, V), float32
+            if temperature == 0:
+                nxt = logits.argmax(dim=-1, keepdim=True)  # (B, 1)
+            else:
+                logits = logits / temperature
+                if top_k:
+                    kth = logits.topk(min(top_k, logits.size(-1)), dim=-1).values[:, -1:]  # (B, 1)
+                    logits = logits.masked_fill(logits < kth, float("-inf"))
+                probs = logits.softmax(dim=-1)
+                if generator is not None:  # draw where the generator lives, so a seed means one thing
+                    probs = probs.to(generator.device)
+                nxt = torch.multinomial(probs, 1, generator=generator).to(idx.device)  # (B, 1)
+            idx = torch.cat([idx, nxt], dim=1)
+            x = nxt if caches is not None else idx
+        return idx
+
 
 # The paper's configurations (SPEC §4; Tables 5-7, 2.5B with the 36 layers its own numbers imply),
 # with each design's paper setting (GQA K/V heads, MLA d_c, LRKV r), and one CPU-sized model.

@@ -61,8 +61,7 @@ device = "auto"  # auto: cuda if available, else cpu
 compile = "auto"  # auto: on for cuda
 # -----------------------------------------------------------------------------
 MODEL_FIELDS = [f.name for f in fields(GPTConfig) if f.name != "rope_base"]
-config_keys = [k for k, v in globals().items() if not k.startswith("_") and k.islower()
-               and isinstance(v, (int, float, str, bool, tuple)) and k not in ("MODEL_FIELDS",)]
+config_keys = [k for k, v in globals().items() if not k.startswith("_") and isinstance(v, (int, float, str, bool, tuple))]
 
 
 def fail(msg):
@@ -238,7 +237,7 @@ if resume:
     start = ckpt["step"]
     torch.set_rng_state(ckpt["rng"]["torch"])
     # steps the killed run logged after its checkpoint are redone identically: keep their lines
-    with open(log_path) as f:
+    with open(log_path) if master else open(os.devnull) as f:
         for line in f:
             try:
                 last_logged = max(last_logged, json.loads(line).get("step", -1))
@@ -283,7 +282,7 @@ log(f"{run}: {mcfg.attn}, {flops.params(mcfg) / 1e6:.2f}M params, {flops_per_tok
     f"{max_iters} steps on {device_name}")
 
 val_tokens = val_data[0] if isinstance(val_data, list) else val_data  # fineweb: one val shard
-token_bytes = torch.tensor(tok.token_bytes(), dtype=torch.float64)
+token_bytes = torch.tensor(tok.token_bytes(), dtype=torch.float64, device=device)
 t_start, step, train_loss, dt = time.time(), start, None, None
 while True:  # `step` optimiser steps are done
     record = dict(type="step", step=step, tokens=step * total_batch_tokens,

@@ -1,0 +1,249 @@
+"""Generation with and without the KV cache, and eval.py's measurements: cache bytes, decode speed,
+head diversity, and the command line around them."""
+from dataclasses import asdict
+
+import pytest
+import torch
+
+import eval as ev
+import flops
+from model import GPT
+from test_model import randomized, tiny
+
+DESIGNS = ["mha", "gqa", "mqa", "mla", "lrkv"]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    # these models are tiny: a second thread only adds sync overhead, and 20x that when the two
+    # cores are busy with something else
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def prompt(cfg, B=2, T=5):
+    return torch.randint(0, cfg.vocab_size, (B, T), generator=torch.Generator().manual_seed(1))
+
+
+@pytest.mark.parametrize("attn", DESIGNS)
+def test_greedy_with_cache_equals_without(attn):
+    cfg = tiny(attn)
+    model = randomized(cfg)
+    idx = prompt(cfg)
+    cached = model.generate(idx, 20, temperature=0)
+    full = model.generate(idx, 20, temperature=0, use_cache=False)
+    assert cached.shape == (2, 25) and torch.equal(cached[:, :5], idx)
+    assert torch.equal(cached, full)
+    assert len(set(cached[:, 5:].flatten().tolist())) > 3  # a real continuation, not one token repeated
+    # and greedy is the argmax of the full forward at every step
+    logits, _ = model(full[:, :-1])
+    assert torch.equal(logits[:, 4:].argmax(-1), full[:, 5:])
+
+
+@pytest.mark.parametrize("attn", ["mha", "lrkv"])
+def test_sampling_is_reproducible_with_a_seeded_generator(attn):
+    cfg = tiny(attn)
+    model = randomized(cfg)
+    idx = prompt(cfg)
+
+    def sample(seed, **kw):
+        return model.generate(idx, 20, temperature=1.0, generator=torch.Generator().manual_seed(seed), **kw)
+
+    assert torch.equal(sample(0), sample(0))
+    assert not torch.equal(sample(0), sample(1))
+    assert not torch.equal(sample(0, use_cache=False), sample(1, use_cache=False))
+    assert torch.equal(sample(0), sample(0, use_cache=False))  # the same draws from the same distributions
+    greedy = model.generate(idx, 20, temperature=0)
+    assert torch.equal(sample(3, top_k=1), greedy)  # top-1 is greedy
+    cold = model.generate(idx, 20, temperature=1e-4, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(cold, greedy)  # temperature → 0 is greedy too
+
+
+def test_top_k_draws_only_among_the_k_likeliest():
+    cfg = tiny("mha")
+    model = randomized(cfg)
+    idx = prompt(cfg, B=8)
+    out = model.generate(idx, 20, temperature=2.0, top_k=3, generator=torch.Generator().manual_seed(0))
+    logits, _ = model(out[:, :-1])
+    top3 = logits[:, 4:].topk(3, dim=-1).indices  # (B, 20, 3)
+    picked = out[:, 5:].unsqueeze(-1)
+    assert (top3 == picked).any(-1).all()
+    assert (top3[..., :1] != picked).float().mean() > 0.2  # and not only the likeliest
+
+
+def test_too_long_is_refused_with_a_clear_message():
+    cfg = tiny("mha")
+    model = randomized(cfg)
+    with pytest.raises(ValueError, match=r"block_size=32; shorten the prompt or generate fewer") as e:
+        model.generate(prompt(cfg, T=20), 13)
+    assert "\n" not in str(e.value)
+    assert model.generate(prompt(cfg, T=20), 12, temperature=0).shape == (2, 32)  # exactly full is fine
+
+
+def test_random_mha_heads_are_diverse_and_identical_heads_are_not():
+    H = 8
+    model = randomized(tiny("mha", n_head=H, n_kv_head=H))
+    for row in ev.head_diversity(model):
+        assert row["uncentred"] > 95 and row["centred"] > 80
+        G = row["gram"]
+        assert torch.allclose(G.diagonal(), torch.ones(H, dtype=G.dtype))
+    for block in model.h:  # copy head 0's query and key weights into every head
+        for lin in (block.attn.c_q, block.attn.c_k):
+            w = lin.weight.data.view(H, -1, lin.weight.size(1))
+            w[:] = w[0].clone()
+    for row in ev.head_diversity(model):
+        assert abs(row["uncentred"] - 100 / H) < 0.1  # one direction among H
+        assert row["mean_sim"] == pytest.approx(1.0)
+
+
+def test_two_groups_of_identical_heads():
+    # heads 0=1 and 2=3, the groups near orthogonal: G ≈ two blocks of ones, uncentred rank 2 of 4;
+    # centring leaves G - 1/2 = ±1/2, one direction: 25%
+    model = randomized(tiny("mha"))
+    for block in model.h:
+        for lin in (block.attn.c_q, block.attn.c_k):
+            w = lin.weight.data.view(4, 16, 64)
+            w[1], w[3] = w[0], w[2]
+    for row in ev.head_diversity(model):
+        assert abs(row["uncentred"] - 50) < 1.5 and abs(row["centred"] - 25) < 1.5
+
+
+@pytest.mark.parametrize("attn", DESIGNS)
+def test_gram_equals_explicit_bilinear_forms(attn):
+    # the trace trick against A_h = W_Q,hᵀ W_K,h built as d × d matrices, from each module's own weights
+    model = randomized(tiny(attn, mla_q_rank=16 if attn == "mla" else 0))
+    attn_mod = model.h[1].attn
+    Wq, Wk = ev.head_qk(attn_mod)
+    H = model.cfg.n_head
+    A = Wq.transpose(1, 2) @ Wk  # (H, d, d)
+    S = torch.einsum("ixy,jxy->ij", A, A).double()
+    torch.testing.assert_close(ev.head_gram(Wq, Wk), S / torch.outer(S.diagonal().sqrt(), S.diagonal().sqrt()))
+    # and the per-head weights are the module's: q_h·k_h (no RoPE at position 0, no norms) from raw projections
+    x = torch.randn(3, model.cfg.n_embd)
+    if attn == "mla":
+        d_n, d_c = attn_mod.d_n, attn_mod.d_c
+        q = attn_mod.W_uq(attn_mod.W_dq(x)).view(3, H, -1)
+        c, k_pe = attn_mod.W_dkv(x).split([d_c, attn_mod.d_r], dim=-1)
+        k_nope = attn_mod.W_ukv(c).view(3, H, -1)[..., :d_n]
+        k = torch.cat([k_nope, k_pe.unsqueeze(1).expand(3, H, -1)], dim=-1)
+    elif attn == "lrkv":
+        k_s = attn_mod.W_s(x)[:, :attn_mod.d_h]
+        r_k = attn_mod.U(x).view(3, 2, H, -1)[:, 0]  # (3, H, r)
+        k = k_s.unsqueeze(1) + torch.einsum("nhr,hdr->nhd", r_k, attn_mod.B_k.view(H, attn_mod.d_h, -1))
+        q = attn_mod.c_q(x).view(3, H, -1)
+    else:
+        q = attn_mod.c_q(x).view(3, H, -1)
+        k = attn_mod.c_k(x).view(3, attn_mod.Hkv, -1).repeat_interleave(H // attn_mod.Hkv, dim=1)
+    torch.testing.assert_close(torch.einsum("hax,nx->nha", Wq, x), q, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(torch.einsum("hax,nx->nha", Wk, x), k, rtol=1e-4, atol=1e-4)
+
+
+def test_lrkv_without_residuals_has_mqas_gram():
+    lrkv = randomized(tiny("lrkv"))
+    mqa = GPT(tiny("mqa")).eval()
+    state = dict(lrkv.state_dict())
+    for l, block in enumerate(lrkv.h):
+        W = state.pop(f"h.{l}.attn.W_s.weight")
+        state[f"h.{l}.attn.c_k.weight"], state[f"h.{l}.attn.c_v.weight"] = W.chunk(2)
+        for k in ("U.weight", "B_k", "B_v"):
+            del state[f"h.{l}.attn.{k}"]
+    mqa.load_state_dict(state)
+    with_residuals = [r["gram"] for r in ev.head_diversity(lrkv)]
+    for block in lrkv.h:
+        block.attn.B_k.data.zero_()
+    for a, b, c in zip(ev.head_diversity(lrkv), ev.head_diversity(mqa), with_residuals):
+        torch.testing.assert_close(a["gram"], b["gram"])
+        assert (a["gram"] - c).abs().max() > 1e-3  # the residuals did make the heads' forms differ
+
+
+def test_gqa_has_the_gram_of_mha_with_its_kv_heads_copied():
+    # query head h reads K/V head h // (H / Hkv): an MHA with those copies is the same model
+    gqa = randomized(tiny("gqa"))
+    mha = GPT(tiny("mha")).eval()
+    state = dict(gqa.state_dict())
+    for l in range(2):
+        for name in ("c_k", "c_v"):
+            w = state[f"h.{l}.attn.{name}.weight"].view(2, 16, 64)
+            state[f"h.{l}.attn.{name}.weight"] = w.repeat_interleave(2, dim=0).reshape(64, 64)
+    mha.load_state_dict(state)
+    idx = prompt(gqa.cfg, T=16)
+    torch.testing.assert_close(gqa(idx)[0], mha(idx)[0])
+    for a, b in zip(ev.head_diversity(gqa), ev.head_diversity(mha)):
+        torch.testing.assert_close(a["gram"], b["gram"])
+
+
+def test_kv_table_allocated_bytes_equal_formula():
+    cfg = tiny("gqa")
+    rows = ev.kv_table(cfg, 24, batch=2)
+    assert [r["design"] for r in rows] == DESIGNS
+    for r, c in zip(rows, ev.design_cfgs(cfg).values()):
+        assert r["allocated"] == r["formula"] == 2 * 24 * flops.kv_cache_bytes_per_token(c, bytes_per_elem=4)
+    pct = {r["design"]: r["pct_mha"] for r in rows}
+    H, d_h, r = cfg.n_head, cfg.head_dim, cfg.lrkv_rank
+    assert pct["mha"] == 100 and pct["gqa"] == 50 and pct["mqa"] == 25
+    assert pct["lrkv"] == pytest.approx(100 * (1 / H + r / d_h))  # paper Eq. 9
+    with pytest.raises(ValueError, match="block_size=32"):
+        ev.kv_table(cfg, 33)
+
+
+def test_design_cfgs_keep_the_shape_and_give_gqa_its_heads():
+    cfgs = ev.design_cfgs(tiny("mha", n_head=8, n_embd=128), gqa_kv_heads=4)
+    assert [c.n_kv_head for a, c in cfgs.items() if a in ("mha", "gqa", "mqa")] == [8, 4, 1]
+    assert {(c.n_layer, c.n_embd, c.block_size) for c in cfgs.values()} == {(2, 128, 32)}
+    assert cfgs["lrkv"].lrkv_rank == 6 and cfgs["mla"].mla_kv_rank == 24
+
+
+def test_decode_bench_times_every_design():
+    res = ev.decode_bench(tiny("gqa", n_layer=1), [8, 32], steps=2, warmup=1, no_cache=True)
+    assert set(res) == {(a, N) for a in DESIGNS for N in (8, 32)}
+    for (a, N), r in res.items():
+        assert r["ms"] > 0 and r["ms_no_cache"] > 0 and r["tok_s"] == pytest.approx(1000 / r["ms"])
+        assert r["vs_mha"] == pytest.approx(r["tok_s"] / res["mha", N]["tok_s"])
+    assert res["mha", 8]["vs_mha"] == 1
+
+
+def run_main(capsys, *argv):
+    ev.main(list(argv))
+    return capsys.readouterr().out
+
+
+def test_cli_kv_and_decode_bench_on_a_preset(capsys):
+    out = run_main(capsys, "--preset=cpu", "--kv", "--context=16")
+    rows = [l.split() for l in out.splitlines()[2:]]
+    assert [r[0] for r in rows] == DESIGNS and all(r[2] == r[3] for r in rows)  # allocated == formula
+    out = run_main(capsys, "--preset=cpu", "--block_size=64", "--decode-bench", "--contexts=8,64", "--steps=1")
+    rows = {l.split()[0]: l.split()[1:] for l in out.splitlines()[-5:]}  # design: (ms, tok/s, vs MHA) × 2
+    assert "random weights" in out and list(rows) == DESIGNS
+    assert all(len(v) == 6 and float(v[0]) > 0 and float(v[3]) > 0 for v in rows.values())
+    assert rows["mha"][2] == rows["mha"][5] == "1.00x"
+
+
+@pytest.mark.parametrize("argv, msg", [
+    (["--preset=nope", "--kv"], "preset='nope' is unknown"),
+    (["missing/ckpt.pt", "--kv"], "no checkpoint at missing/ckpt.pt"),
+    (["--preset=cpu", "--kv", "--context=257"], "outside 2..block_size=256"),
+    (["--preset=cpu", "--decode-bench", "--contexts=64,512"], "outside 2..block_size=256"),
+    (["--preset=cpu", "--heads"], "need a checkpoint"),
+    ([], "give a checkpoint path"),
+])
+def test_cli_bad_input_is_one_line(argv, msg):
+    with pytest.raises(SystemExit) as e:
+        ev.main(argv)
+    assert isinstance(e.value.code, str) and msg in e.value.code and "\n" not in e.value.code
+
+
+def test_cli_sample_and_heads_from_a_checkpoint(tmp_path, capsys):
+    cfg = tiny("lrkv", vocab_size=320, block_size=64)
+    model = randomized(cfg)
+    path = str(tmp_path / "ckpt.pt")
+    torch.save(dict(model=model.state_dict(), model_config=asdict(cfg), step=0,
+                    train_config=dict(tokenizer="byte", preset="cpu", n_kv_head=0)), path)
+    args = [path, "--device=cpu", "--sample=To be", "--max_new_tokens=20"]
+    a, b = run_main(capsys, *args, "--seed=1"), run_main(capsys, *args, "--seed=1")
+    assert a == b and a.startswith("To be") and a != run_main(capsys, *args, "--seed=2")
+    out = run_main(capsys, path, "--device=cpu", "--heads")
+    assert "approximate" in out and out.splitlines()[-1].split()[0] == "mean"
+    with pytest.raises(SystemExit, match="shorten the prompt"):
+        ev.main([path, "--device=cpu", "--sample=To be", "--max_new_tokens=60"])
