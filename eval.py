@@ -80,11 +80,6 @@ def design_cfgs(cfg, gqa_kv_heads=0):
     return out
 
 
-def setting(cfg):
-    return {"gqa": f"kv={cfg.n_kv_head}", "mqa": "kv=1", "mla": f"d_c={cfg.mla_kv_rank}",
-            "lrkv": f"r={cfg.lrkv_rank}"}.get(cfg.attn, f"kv={cfg.n_head}")
-
-
 def shape(cfg):
     return (f"{cfg.n_layer} layers, {cfg.n_head} heads, d_model {cfg.n_embd}, d_h {cfg.head_dim}, "
             f"vocab {cfg.vocab_size}")
@@ -112,7 +107,7 @@ def kv_table(cfg, T, batch=1, dtype=torch.float32, device="cpu", gqa_kv_heads=0)
         caches = model.new_caches(max_len=T)
         model(torch.zeros(batch, T, dtype=torch.long, device=device), caches=caches)
         elem = torch.finfo(dtype).bits // 8
-        rows.append(dict(design=attn, setting=setting(c), allocated=sum(k.nbytes() for k in caches),
+        rows.append(dict(design=attn, setting=flops.setting(c), allocated=sum(k.nbytes() for k in caches),
                          formula=batch * T * flops.kv_cache_bytes_per_token(c, bytes_per_elem=elem)))
     for r in rows:
         r["pct_mha"] = 100 * r["allocated"] / rows[0]["allocated"]

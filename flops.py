@@ -69,6 +69,12 @@ def kv_cache_bytes_per_token(cfg, bytes_per_elem=2):
     return cfg.n_layer * kv_cache_elems_per_token(cfg) * bytes_per_elem
 
 
+def setting(cfg):
+    """A design's own knob, for tables: K/V heads, MLA's d_c or LRKV's r."""
+    return {"gqa": f"kv={cfg.n_kv_head}", "mqa": "kv=1", "mla": f"d_c={cfg.mla_kv_rank}",
+            "lrkv": f"r={cfg.lrkv_rank}"}.get(cfg.attn, f"kv={cfg.n_head}")
+
+
 def table(name):
     """Rows of the five designs at one preset, as printable strings."""
     cfgs = {a: preset(name, attn=a) for a in DESIGNS}
@@ -76,10 +82,8 @@ def table(name):
     rows = [f"{'design':6} {'setting':>10} {'params':>9} {'K/V params':>10} {'% MHA':>6} {'train GFLOP/tok':>15} "
             f"{'6N GFLOP/tok':>12} {'KV KiB/tok':>10} {'KV % MHA':>8}"]
     for a, cfg in cfgs.items():
-        setting = {"gqa": f"kv={cfg.n_kv_head}", "mla": f"d_c={cfg.mla_kv_rank}",
-                   "lrkv": f"r={cfg.lrkv_rank}", "mqa": "kv=1"}.get(a, f"kv={cfg.n_head}")
         cache = kv_cache_bytes_per_token(cfg)
-        rows.append(f"{a:6} {setting:>10} {params(cfg) / 1e6:8.1f}M "
+        rows.append(f"{a:6} {setting(cfg):>10} {params(cfg) / 1e6:8.1f}M "
                     f"{kv_params(cfg) / 1e6:9.1f}M {100 * kv_params(cfg) / mha_kvp:5.1f}% "
                     f"{train_flops_per_token(cfg) / 1e9:15.3f} {paper_flops_per_token(cfg) / 1e9:12.3f} "
                     f"{cache / 1024:10.1f} {100 * cache / mha_cache:7.1f}%")
