@@ -3,7 +3,7 @@ Train a GPT with the attention chosen by --attn, log test loss against tokens an
 
     python train.py                                   # CPU preset on Shakespeare, a few minutes
     python train.py --attn=lrkv --max_iters=500       # any field as --key=value (full names)
-    torchrun --standalone --nproc_per_node=8 train.py config/512m_8k.py --attn=lrkv
+    torchrun --standalone --nproc_per_node=4 train.py config/512m_8k.py --attn=lrkv   # the figure run
 
 Config files are Python files that assign the fields below; --key=value overrides them.
 Every run writes out_dir/run/log.jsonl (a header, then a line per log step) and ckpt.pt.
