@@ -31,7 +31,10 @@ DESIGNS = flops.DESIGNS
 def evaluate(model, val, T, batch_size, eval_tokens, token_bytes, device, rank=0, world=1):
     """Mean cross-entropy (nats/token) and bits per byte over the first eval_tokens held-out tokens,
     cut into consecutive windows of T: the same tokens for every design and any world size.
-    Ranks take windows round-robin and sum (loss, tokens, bytes) together."""
+    Ranks take windows round-robin and sum (loss, tokens, bytes) together. val is load_split's
+    answer (a sharded split uses its first shard); token_bytes the tokenizer's bytes per token."""
+    val = val[0] if isinstance(val, list) else val
+    token_bytes = torch.as_tensor(token_bytes, dtype=torch.float64, device=device)
     model.eval()
     n_windows = max(1, min(eval_tokens, len(val) - 1) // T)
     mine = list(range(rank, n_windows, world))
@@ -351,13 +354,11 @@ def main(argv=None):
         from prepare import load_split
         tok = get_tokenizer(tc["tokenizer"])
         try:
-            val = load_split(os.path.join("data", f"{tc['dataset']}_{tc['tokenizer']}"), "val")
+            val = load_split(os.path.join(tc.get("data_dir", "data"), f"{tc['dataset']}_{tc['tokenizer']}"), "val")
         except FileNotFoundError as e:
             fail(e)
-        val = val[0] if isinstance(val, list) else val
-        token_bytes = torch.tensor(tok.token_bytes(), dtype=torch.float64, device=args.device)
         loss, bpb = evaluate(model, val, model.cfg.block_size, args.batch_size, args.eval_tokens or tc["eval_tokens"],
-                             token_bytes, args.device)
+                             tok.token_bytes(), args.device)
         print(f"{args.checkpoint}: step {ckpt['step']}, {model.cfg.attn}: test loss {loss:.4f}, {bpb:.4f} bits/byte")
 
 

@@ -281,8 +281,7 @@ log(f"{run}: {mcfg.attn}, {flops.params(mcfg) / 1e6:.2f}M params, {flops_per_tok
     f"{total_batch_tokens} tokens/step ({world} rank(s) x {grad_accum} micro-steps x {batch_size}x{T}), "
     f"{max_iters} steps on {device_name}")
 
-val_tokens = val_data[0] if isinstance(val_data, list) else val_data  # fineweb: one val shard
-token_bytes = torch.tensor(tok.token_bytes(), dtype=torch.float64, device=device)
+token_bytes = tok.token_bytes()  # for bits per byte; GPT-2's takes 50k decodes, so once
 t_start, step, train_loss, dt = time.time(), start, None, None
 while True:  # `step` optimiser steps are done
     record = dict(type="step", step=step, tokens=step * total_batch_tokens,
@@ -294,7 +293,7 @@ while True:  # `step` optimiser steps are done
     evaluating = (step % eval_interval == 0 or step == max_iters) and (step > start or not resume)
     if evaluating:
         with autocast:
-            record["test_loss"], record["test_bpb"] = evaluate(model, val_tokens, T, batch_size, eval_tokens,
+            record["test_loss"], record["test_bpb"] = evaluate(model, val_data, T, batch_size, eval_tokens,
                                                                token_bytes, device, rank, world)
         log(f"step {step}: test loss {record['test_loss']:.4f}, {record['test_bpb']:.4f} bits/byte")
     if (evaluating or step % log_interval == 0) and step > last_logged:  # a resumed run redoes
