@@ -78,6 +78,7 @@ class GroupedQueryAttention(nn.Module):
     def __init__(self, cfg):
         super().__init__()
         self.H, self.Hkv, self.d_h = cfg.n_head, cfg.n_kv_head, cfg.head_dim
+        self.scale = cfg.attn_scale / math.sqrt(self.d_h)  # QK-normed logits are bounded by attn_scale·√d_h
         self.c_q = nn.Linear(cfg.n_embd, self.H * self.d_h, bias=False)
         self.c_k = nn.Linear(cfg.n_embd, self.Hkv * self.d_h, bias=False)
         self.c_v = nn.Linear(cfg.n_embd, self.Hkv * self.d_h, bias=False)
@@ -94,100 +95,107 @@ class GroupedQueryAttention(nn.Module):
         if cache is not None:  # cache the rotated, normalised keys: 2·Hkv·d_h per token
             c = cache.append(k=k, v=v)
             k, v = c["k"], c["v"]  # (B, Tk, Hkv, d_h)
-        y = attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))  # (B, H, T, d_h)
+        y = attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), self.scale)  # (B, H, T, d_h)
         return self.c_proj(y.transpose(1, 2).reshape(B, T, self.H * self.d_h))
 
 
 class MLA(nn.Module):
-    """Multi-head latent attention (DeepSeek-V2 §2.1, decoupled RoPE).
-    c_kv = norm(x W_dkv[:d_c]), k_pe = RoPE(x W_dkv[d_c:]) shared by all heads;
-    [k_nope_h, v_h] = c_kv W_ukv_h;  q_h = [q_nope_h, RoPE(q_pe_h)];  k_h = [k_nope_h, k_pe].
+    """Multi-head latent attention (DeepSeek-V2 §2.1, decoupled RoPE), in DeepSeek's names:
+    c_kv = kv_norm(x W_dkv) and k_pe = RoPE(x W_kr), both shared by all heads;
+    k_nope_h = c_kv W_uk_h, v_h = c_kv W_uv_h;  q_h = [q_nope_h, RoPE(q_pe_h)];  k_h = [k_nope_h, k_pe].
+    Widths: equal (d_n = d_h - d_r, so q, k and v are all d_h wide) or DeepSeek's (cfg.mla_deepseek:
+    d_n = d_h, q/k d_h + d_r wide, v d_h, and a learnable kv_norm weight). No QK-norm: it would
+    block absorption, so cfg.attn_scale does not apply and the scale is 1/√(d_n + d_r).
     Training builds full K and V (naive). Decoding caches only c_kv and k_pe (d_c + d_r per token)
     and absorbs W_uk into the query and W_uv after attention, so it never builds K or V."""
 
     def __init__(self, cfg):
         super().__init__()
-        self.H, self.d_c, self.d_r = cfg.n_head, cfg.mla_kv_rank, cfg.mla_rope_dim
-        self.d_n = cfg.head_dim - self.d_r  # d_n + d_r = d_v = d_h keeps q, k, v one size (fast SDPA)
-        self.d_v = cfg.head_dim
+        self.H, self.d_c, self.d_r, self.d_v = cfg.n_head, cfg.mla_kv_rank, cfg.mla_rope_dim, cfg.head_dim
+        self.d_n = cfg.head_dim if cfg.mla_deepseek else cfg.head_dim - self.d_r
         C, H, dq = cfg.n_embd, self.H, self.d_n + self.d_r
         if cfg.mla_q_rank:  # optional query compression: x -> c_q (q_rank) -> q
             self.W_dq = nn.Linear(C, cfg.mla_q_rank, bias=False)
             self.W_uq = nn.Linear(cfg.mla_q_rank, H * dq, bias=False)
         else:
             self.c_q = nn.Linear(C, H * dq, bias=False)
-        self.W_dkv = nn.Linear(C, self.d_c + self.d_r, bias=False)  # x -> [c_kv, k_pe]
-        self.W_ukv = nn.Linear(self.d_c, H * (self.d_n + self.d_v), bias=False)  # c_kv -> [k_nope, v]
+        self.W_dkv = nn.Linear(C, self.d_c, bias=False)  # x -> c_kv, the latent of keys and values
+        self.W_kr = nn.Linear(C, self.d_r, bias=False)  # x -> k_pe, the shared RoPE key
+        self.W_uk = nn.Linear(self.d_c, H * self.d_n, bias=False)  # c_kv -> k_nope of every head
+        self.W_uv = nn.Linear(self.d_c, H * self.d_v, bias=False)  # c_kv -> v of every head
+        self.kv_norm = nn.RMSNorm(self.d_c, elementwise_affine=cfg.mla_deepseek)
         self.c_proj = nn.Linear(H * self.d_v, C, bias=False)
         self.absorb = False  # use the decode path for full sequences too (tests compare the two)
 
     def forward(self, x, cos, sin, cache=None):
         B, T, C = x.size()
-        H, d_n, d_r, d_c = self.H, self.d_n, self.d_r, self.d_c
+        H, d_n, d_r, d_c, d_v = self.H, self.d_n, self.d_r, self.d_c, self.d_v
         t0 = cache.n if cache is not None else 0
         cos, sin = cos[t0:t0 + T], sin[t0:t0 + T]
         q = self.W_uq(norm(self.W_dq(x))) if hasattr(self, "W_dq") else self.c_q(x)
-        q = q.view(B, T, H, d_n + d_r)  # (B, T, H, d_n + d_r)
-        q_nope, q_pe = q.split([d_n, d_r], dim=-1)
+        q_nope, q_pe = q.view(B, T, H, d_n + d_r).split([d_n, d_r], dim=-1)  # (B, T, H, d_n), (.., d_r)
         q_pe = rope(q_pe, cos, sin)
-        c_kv, k_pe = self.W_dkv(x).split([d_c, d_r], dim=-1)  # (B, T, d_c), (B, T, d_r)
-        c_kv = norm(c_kv)  # DeepSeek's kv norm; a QK-norm on full keys would block absorption
-        k_pe = rope(k_pe.unsqueeze(2), cos, sin).squeeze(2)  # one RoPE key shared by all heads
+        c_kv = self.kv_norm(self.W_dkv(x))  # (B, T, d_c)
+        k_pe = rope(self.W_kr(x).unsqueeze(2), cos, sin).squeeze(2)  # (B, T, d_r): one RoPE key for all heads
         scale = 1.0 / math.sqrt(d_n + d_r)
         if cache is None and not self.absorb:
             # naive: up-project the latent to full per-head keys and values
-            kv = self.W_ukv(c_kv).view(B, T, H, d_n + self.d_v)  # (B, T, H, d_n + d_v)
-            k_nope, v = kv.split([d_n, self.d_v], dim=-1)
+            k_nope = self.W_uk(c_kv).view(B, T, H, d_n)  # (B, T, H, d_n)
+            v = self.W_uv(c_kv).view(B, T, H, d_v)  # (B, T, H, d_v)
             k = torch.cat([k_nope, k_pe.unsqueeze(2).expand(B, T, H, d_r)], dim=-1)  # (B, T, H, d_n + d_r)
             q = torch.cat([q_nope, q_pe], dim=-1)
             y = attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), scale)  # (B, H, T, d_v)
-            return self.c_proj(y.transpose(1, 2).reshape(B, T, H * self.d_v))
+            return self.c_proj(y.transpose(1, 2).reshape(B, T, H * d_v))
         # absorbed: q_nope·k_nope = q_nope·(W_uk_h c) = (W_uk_hᵀ q_nope)·c, so attention runs in the
         # latent space as MQA with one (d_c + d_r)-wide key [c_kv, k_pe] and one d_c-wide value c_kv
         ckv_pe = torch.cat([c_kv, k_pe], dim=-1)  # (B, T, d_c + d_r)
         if cache is not None:
             ckv_pe = cache.append(ckv_pe=ckv_pe)["ckv_pe"]  # (B, Tk, d_c + d_r)
-        W_ukv = self.W_ukv.weight.view(H, d_n + self.d_v, d_c)
-        W_uk, W_uv = W_ukv[:, :d_n], W_ukv[:, d_n:]  # (H, d_n, d_c), (H, d_v, d_c)
+        W_uk = self.W_uk.weight.view(H, d_n, d_c)  # (H, d_n, d_c)
+        W_uv = self.W_uv.weight.view(H, d_v, d_c)  # (H, d_v, d_c)
         q_c = torch.einsum("bthn,hnc->bthc", q_nope, W_uk)  # (B, T, H, d_c)
         q = torch.cat([q_c, q_pe], dim=-1).transpose(1, 2)  # (B, H, T, d_c + d_r)
         kv = ckv_pe.unsqueeze(1)  # (B, 1, Tk, d_c + d_r)
         y = attend(q, kv, kv[..., :d_c], scale)  # (B, H, T, d_c): attention-weighted latents
         y = torch.einsum("bhtc,hvc->bthv", y, W_uv)  # (B, T, H, d_v): absorb W_uv after attention
-        return self.c_proj(y.reshape(B, T, H * self.d_v))
+        return self.c_proj(y.reshape(B, T, H * d_v))
 
 
 class LRKV(nn.Module):
     """Low-rank key-value attention (arXiv 2601.11471 §3). Per layer a shared K/V head W_s and
     per head rank-r residuals: K_h = X W_s^K + (X U_h^K) B_h^Kᵀ (Eq. 2), V_h likewise (Eq. 3).
     Training materialises full K_h, V_h, then RoPE and QK-norm exactly as MHA. The cache holds
-    X W_s^K, X W_s^V (d_h each) and the latents R_h = X U_h (r each, per head): 2·d_h + 2·H·r."""
+    X W_s^K, X W_s^V (d_h each) and the latents R_h = X U_h (r each, per head): 2·d_h + 2·H·r.
+    K and V are separate weights, as in MHA; B_k, B_v stack the per-head B_h, (H·d_h, r), and are
+    block-diagonal maps (head h's latent to head h's residual only): Muon treats them per head."""
 
     def __init__(self, cfg):
         super().__init__()
         self.H, self.d_h, self.r = cfg.n_head, cfg.head_dim, cfg.lrkv_rank
         C, H, r, d_h = cfg.n_embd, self.H, self.r, self.d_h
+        self.scale = cfg.attn_scale / math.sqrt(d_h)  # as MHA: logits bounded by attn_scale·√d_h
         self.c_q = nn.Linear(C, H * d_h, bias=False)  # queries stay full rank per head
-        self.W_s = nn.Linear(C, 2 * d_h, bias=False)  # [W_s^K | W_s^V], shared by all heads
-        self.U = nn.Linear(C, 2 * H * r, bias=False)  # [U_1^K .. U_H^K | U_1^V .. U_H^V]
-        # B_h stacked over heads as 2-D matrices (Muon orthogonalises 2-D weights): (H·d_h, r)
-        self.B_k = nn.Parameter(torch.empty(H * d_h, r))
+        self.W_sk = nn.Linear(C, d_h, bias=False)  # W_s^K, shared by all heads
+        self.W_sv = nn.Linear(C, d_h, bias=False)  # W_s^V
+        self.U_k = nn.Linear(C, H * r, bias=False)  # [U_1^K .. U_H^K]
+        self.U_v = nn.Linear(C, H * r, bias=False)  # [U_1^V .. U_H^V]
+        self.B_k = nn.Parameter(torch.empty(H * d_h, r))  # [B_1^K; ..; B_H^K]
         self.B_v = nn.Parameter(torch.empty(H * d_h, r))
+        self.B_k.heads = self.B_v.heads = H  # Muon orthogonalises each head's block (muon.py)
         self.c_proj = nn.Linear(H * d_h, C, bias=False)
 
     @torch.no_grad()
     def init_residuals(self, ratio=0.1):
         # paper §3: U, B small random, scaled so ‖U_h B_hᵀ‖_F ≈ 0.1·‖W_s‖_F for each head, K and V apart
         H, r, d_h = self.H, self.r, self.d_h
-        U = self.U.weight.view(2, H, r, -1)  # (K|V, H, r, C)
-        for i, B in enumerate((self.B_k, self.B_v)):
-            nn.init.normal_(U[i], std=1 / math.sqrt(r))
+        for W_s, U, B in ((self.W_sk, self.U_k, self.B_k), (self.W_sv, self.U_v, self.B_v)):
+            U, B = U.weight.view(H, r, -1), B.view(H, d_h, r)  # (H, r, C), (H, d_h, r)
+            nn.init.normal_(U, std=1 / math.sqrt(r))
             nn.init.normal_(B, std=1 / math.sqrt(r))
-            W_s = self.W_s.weight[i * d_h:(i + 1) * d_h]  # (d_h, C)
-            UB = torch.einsum("hrc,hdr->hdc", U[i], B.view(H, d_h, r))  # (H, d_h, C): each head's B_h U_hᵀ
-            s = (ratio * W_s.norm() / UB.flatten(1).norm(dim=1)).sqrt()  # (H,) split over both factors
-            U[i].mul_(s.view(H, 1, 1))
-            B.view(H, d_h, r).mul_(s.view(H, 1, 1))
+            UB = B @ U  # (H, d_h, C): each head's (U_h B_hᵀ)ᵀ
+            s = (ratio * W_s.weight.norm() / UB.flatten(1).norm(dim=1)).sqrt()  # (H,) split over both factors
+            U.mul_(s.view(H, 1, 1))
+            B.mul_(s.view(H, 1, 1))
 
     def forward(self, x, cos, sin, cache=None):
         B, T, C = x.size()
@@ -195,15 +203,15 @@ class LRKV(nn.Module):
         t0 = cache.n if cache is not None else 0
         q = self.c_q(x).view(B, T, H, d_h)  # (B, T, H, d_h)
         q = norm(rope(q, cos[t0:t0 + T], sin[t0:t0 + T]))
-        k_s, v_s = self.W_s(x).split(d_h, dim=-1)  # (B, T, d_h) each: X W_s^K, X W_s^V
-        r_k, r_v = self.U(x).view(B, T, 2, H, r).unbind(2)  # (B, T, H, r) each: R_h = X U_h
+        k_s, v_s = self.W_sk(x), self.W_sv(x)  # (B, T, d_h) each: X W_s^K, X W_s^V
+        r_k, r_v = self.U_k(x).view(B, T, H, r), self.U_v(x).view(B, T, H, r)  # (B, T, H, r): R_h = X U_h
         B_k, B_v = self.B_k.view(H, d_h, r), self.B_v.view(H, d_h, r)
         if cache is None:
             # training: materialise every head's K_h and V_h (Eqs. 2-3), then attend as MHA
             k = k_s.unsqueeze(2) + torch.einsum("bthr,hdr->bthd", r_k, B_k)  # (B, T, H, d_h)
             v = v_s.unsqueeze(2) + torch.einsum("bthr,hdr->bthd", r_v, B_v)  # (B, T, H, d_h)
             k = norm(rope(k, cos[:T], sin[:T]))
-            y = attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))  # (B, H, T, d_h)
+            y = attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), self.scale)  # (B, H, T, d_h)
             return self.c_proj(y.transpose(1, 2).reshape(B, T, H * d_h))
         c = cache.append(k_s=k_s, v_s=v_s, r_k=r_k, r_v=r_v)
         Tk = c["k_s"].size(1)
@@ -213,7 +221,7 @@ class LRKV(nn.Module):
         # small cache. This is what makes LRKV decode slower than MHA at long contexts.
         k = c["k_s"].unsqueeze(2) + torch.einsum("bthr,hdr->bthd", c["r_k"], B_k)  # (B, Tk, H, d_h)
         k = norm(rope(k, cos[:Tk], sin[:Tk])).transpose(1, 2)  # (B, H, Tk, d_h)
-        att = (q.transpose(1, 2) @ k.transpose(-2, -1)) / math.sqrt(d_h)  # (B, H, T, Tk)
+        att = (q.transpose(1, 2) @ k.transpose(-2, -1)) * self.scale  # (B, H, T, Tk)
         att = att.masked_fill(~causal_mask(T, Tk, x.device), float("-inf")).softmax(dim=-1)
         # values never need rebuilding, Eq. 7: a V_h = a V_s + (a R_h^V) B_h^Vᵀ
         y = att @ c["v_s"].unsqueeze(1)  # (B, H, T, d_h): a V_s, the shared head

@@ -71,9 +71,9 @@ def load_model(path, device="cpu"):
 # -----------------------------------------------------------------------------
 # the five designs at one shape: cache memory and decode speed
 
-def design_cfgs(cfg, gqa_kv_heads=0):
+def design_cfgs(cfg, gqa_kv_heads=None):
     """{design: config} at cfg's shape, each keeping cfg's design settings (r, d_c, ...). An MHA or
-    MQA config has n_kv_head resolved to H or 1, so its GQA takes gqa_kv_heads (0 = the default)."""
+    MQA config has n_kv_head resolved to H or 1, so its GQA takes gqa_kv_heads (None = the default)."""
     out = {}
     for attn in DESIGNS:
         fields = {**asdict(cfg), "attn": attn}
@@ -183,17 +183,15 @@ def head_qk(attn):
         Wq = attn.c_q.weight.view(H, attn.d_h, -1)
         Wk = attn.c_k.weight.view(attn.Hkv, attn.d_h, -1).repeat_interleave(H // attn.Hkv, dim=0)
         return Wq, Wk
-    if hasattr(attn, "W_s"):  # lrkv: W_K,h = W_s^K + U_h B_hᵀ (Eq. 2), here transposed: W_s^K + B_h U_h
+    if hasattr(attn, "W_sk"):  # lrkv: W_K,h = W_s^K + U_h B_hᵀ (Eq. 2), here transposed: W_s^K + B_h U_h
         d_h, r = attn.d_h, attn.r
-        U = attn.U.weight.view(2, H, r, -1)[0]  # (H, r, d)
-        Wk = attn.W_s.weight[:d_h] + attn.B_k.view(H, d_h, r) @ U  # (H, d_h, d)
+        Wk = attn.W_sk.weight + attn.B_k.view(H, d_h, r) @ attn.U_k.weight.view(H, r, -1)  # (H, d_h, d)
         return attn.c_q.weight.view(H, d_h, -1), Wk
-    # mla: q_h = [q_nope_h, q_pe_h]; k_h = [W_uk,h W_dkv^c x, W_dkv^pe x], the RoPE key shared by all heads
+    # mla: q_h = [q_nope_h, q_pe_h]; k_h = [W_uk,h W_dkv x, W_kr x], the RoPE key shared by all heads
     d_n, d_r, d_c = attn.d_n, attn.d_r, attn.d_c
     Wq = attn.W_uq.weight @ attn.W_dq.weight if hasattr(attn, "W_dq") else attn.c_q.weight
-    W_c, W_pe = attn.W_dkv.weight.split([d_c, d_r])  # (d_c, d), (d_r, d)
-    W_uk = attn.W_ukv.weight.view(H, d_n + attn.d_v, d_c)[:, :d_n]  # (H, d_n, d_c)
-    Wk = torch.cat([W_uk @ W_c, W_pe.expand(H, d_r, -1)], dim=1)  # (H, d_n + d_r, d)
+    W_uk = attn.W_uk.weight.view(H, d_n, d_c)  # (H, d_n, d_c)
+    Wk = torch.cat([W_uk @ attn.W_dkv.weight, attn.W_kr.weight.expand(H, d_r, -1)], dim=1)  # (H, d_n + d_r, d)
     return Wq.view(H, d_n + d_r, -1), Wk
 
 

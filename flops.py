@@ -14,19 +14,34 @@ DESIGNS = ["mha", "gqa", "mqa", "mla", "lrkv"]
 def kv_params_per_layer(cfg):
     """Weights that make keys and values, one layer."""
     d, H, d_h = cfg.n_embd, cfg.n_head, cfg.head_dim
-    if cfg.attn == "mla":  # W_dkv: d -> [c_kv, k_pe];  W_ukv: c_kv -> [k_nope, v] per head
+    if cfg.attn == "mla":  # W_dkv: d -> c_kv, W_kr: d -> k_pe;  W_uk, W_uv: c_kv -> k_nope, v per head
         d_c, d_r = cfg.mla_kv_rank, cfg.mla_rope_dim
-        return d * (d_c + d_r) + d_c * H * ((d_h - d_r) + d_h)
+        return d * (d_c + d_r) + d_c * H * (mla_nope_dim(cfg) + d_h) + norm_params_per_layer(cfg)
     if cfg.attn == "lrkv":  # Eq. 10: shared W_s^{K,V} plus per-head U_h, B_h for K and V
         return 2 * d * d_h + 2 * H * cfg.lrkv_rank * (d + d_h)
     return 2 * cfg.n_kv_head * d * d_h  # mha / gqa / mqa
 
 
+def mla_nope_dim(cfg):
+    # d_n: DeepSeek's widths keep the content key d_h wide; equal widths make d_n + d_r = d_h
+    return cfg.head_dim if cfg.mla_deepseek else cfg.head_dim - cfg.mla_rope_dim
+
+
+def d_qk(cfg):
+    # query/key width per head: MLA's [q_nope, q_pe] is d_n + d_r, everyone else's d_h
+    return mla_nope_dim(cfg) + cfg.mla_rope_dim if cfg.attn == "mla" else cfg.head_dim
+
+
+def norm_params_per_layer(cfg):
+    # the one learnable gain: MLA's kv_norm weight with DeepSeek's widths (d_c numbers)
+    return cfg.mla_kv_rank if cfg.attn == "mla" and cfg.mla_deepseek else 0
+
+
 def q_params_per_layer(cfg):
-    d, H, d_h = cfg.n_embd, cfg.n_head, cfg.head_dim
+    d, H = cfg.n_embd, cfg.n_head
     if cfg.attn == "mla" and cfg.mla_q_rank:
-        return d * cfg.mla_q_rank + cfg.mla_q_rank * H * d_h
-    return d * H * d_h  # MLA's q is [q_nope, q_pe], d_n + d_r = d_h wide per head
+        return d * cfg.mla_q_rank + cfg.mla_q_rank * H * d_qk(cfg)
+    return d * H * d_qk(cfg)
 
 
 def params(cfg):
@@ -44,10 +59,10 @@ def train_flops_per_token(cfg):
     """Forward + backward FLOPs per token (SPEC §5): 6 × every weight multiplied once per token
     (all but the embedding lookup, which is free) + the attention core 6·L·T·H·(d_qk + d_v), with
     no causal discount. LRKV multiplies X by W_s, U and then B (it never forms the full d×d_h
-    per-head weight), so its count is lower than MHA's: exactly its parameters."""
-    matmul_weights = params(cfg) - cfg.vocab_size * cfg.n_embd
-    d_qk = d_v = cfg.head_dim  # MLA too: d_n + d_r = d_v = d_h
-    return 6 * matmul_weights + 6 * cfg.n_layer * cfg.block_size * cfg.n_head * (d_qk + d_v)
+    per-head weight), so its count is lower than MHA's: exactly its parameters. A norm's gain
+    multiplies elementwise, not in a matmul, and is not counted (nor by torch's counter)."""
+    matmul_weights = params(cfg) - cfg.vocab_size * cfg.n_embd - cfg.n_layer * norm_params_per_layer(cfg)
+    return 6 * matmul_weights + 6 * cfg.n_layer * cfg.block_size * cfg.n_head * (d_qk(cfg) + cfg.head_dim)
 
 
 def paper_flops_per_token(cfg):
@@ -71,7 +86,8 @@ def kv_cache_bytes_per_token(cfg, bytes_per_elem=2):
 
 def setting(cfg):
     """A design's own knob, for tables: K/V heads, MLA's d_c or LRKV's r."""
-    return {"gqa": f"kv={cfg.n_kv_head}", "mqa": "kv=1", "mla": f"d_c={cfg.mla_kv_rank}",
+    mla = f"d_c={cfg.mla_kv_rank}" + (",ds" if cfg.mla_deepseek else "")
+    return {"gqa": f"kv={cfg.n_kv_head}", "mqa": "kv=1", "mla": mla,
             "lrkv": f"r={cfg.lrkv_rank}"}.get(cfg.attn, f"kv={cfg.n_head}")
 
 

@@ -20,11 +20,13 @@ class GPTConfig:
     n_embd: int = 768  # d_model; head_dim d_h = n_embd / n_head
     block_size: int = 2048  # context T
     vocab_size: int = 50304  # GPT-2's 50,257 padded to a multiple of 64
-    n_kv_head: int = 0  # GQA's K/V heads; 0 = a divisor of H near H/4. mha: H, mqa: 1
-    lrkv_rank: int = 0  # LRKV's r; 0 = round(0.4·d_h), the paper's r ≈ 0.36-0.43·d_h
-    mla_kv_rank: int = 0  # MLA's latent d_c; 0 = d_h (the paper's 128M ratio)
-    mla_rope_dim: int = 0  # MLA's decoupled RoPE dim d_r; 0 = d_h/2 (DeepSeek-V2)
+    n_kv_head: int = None  # GQA's K/V heads; None = a divisor of H near H/4. mha: H, mqa: 1
+    lrkv_rank: int = None  # LRKV's r; None = round(0.4·d_h), the paper's r ≈ 0.36-0.43·d_h
+    mla_kv_rank: int = None  # MLA's latent d_c; None = d_h (the paper's 128M ratio)
+    mla_rope_dim: int = None  # MLA's decoupled RoPE dim d_r; None = d_h/2 (DeepSeek-V2)
     mla_q_rank: int = 0  # MLA's optional query compression rank; 0 = off
+    mla_deepseek: bool = False  # MLA's widths: False d_n = d_h - d_r; True DeepSeek's d_n = d_h + kv_norm weight
+    attn_scale: float = 1.0  # multiplies the softmax scale 1/√d_h of the QK-normed designs (all but MLA)
     rope_base: float = 10000.0
 
     def __post_init__(self):
@@ -43,7 +45,7 @@ class GPTConfig:
         elif self.attn == "mqa":
             self.n_kv_head = 1
         elif self.attn == "gqa":
-            if not self.n_kv_head:
+            if self.n_kv_head is None:
                 # not 1 (that is MQA) nor H (MHA) where H allows
                 divisors = [g for g in range(2, H) if H % g == 0] or [1]
                 self.n_kv_head = min(divisors, key=lambda g: (abs(g - H / 4), -g))
@@ -51,19 +53,25 @@ class GPTConfig:
                 bad("n_kv_head", f"must divide n_head={H}; use one of "
                     f"{[g for g in range(1, H + 1) if H % g == 0]}")
         if self.attn == "lrkv":
-            self.lrkv_rank = self.lrkv_rank or max(1, round(0.4 * d_h))
+            if self.lrkv_rank is None:
+                self.lrkv_rank = max(1, round(0.4 * d_h))
             if not 0 < self.lrkv_rank <= d_h:
                 bad("lrkv_rank", f"must be in 1..head_dim={d_h} (r = 0 is MQA: use --attn=mqa)")
         if self.attn == "mla":
-            self.mla_kv_rank = self.mla_kv_rank or d_h
-            self.mla_rope_dim = self.mla_rope_dim or d_h // 2
+            if self.mla_kv_rank is None:
+                self.mla_kv_rank = d_h
+            if self.mla_rope_dim is None:
+                self.mla_rope_dim = d_h // 2
             if self.mla_kv_rank < 1:
                 bad("mla_kv_rank", "the latent size d_c must be at least 1")
-            if not 0 < self.mla_rope_dim < d_h or self.mla_rope_dim % 2:
-                bad("mla_rope_dim", f"must be even and in 2..{d_h - 2}: it splits head_dim={d_h} "
-                    "into d_n + d_r")
+            top = d_h if self.mla_deepseek else d_h - 2  # equal widths split d_h into d_n + d_r
+            if not 0 < self.mla_rope_dim <= top or self.mla_rope_dim % 2:
+                bad("mla_rope_dim", f"must be even and in 2..{top} (head_dim={d_h}"
+                    f"{'' if self.mla_deepseek else ' = d_n + d_r'})")
             if self.mla_q_rank < 0:
                 bad("mla_q_rank", "must be 0 (off) or a positive rank")
+        if not self.attn_scale > 0:
+            bad("attn_scale", "must be > 0: it multiplies the softmax scale 1/√d_h (1 = the paper's)")
 
     @property
     def head_dim(self):
@@ -109,9 +117,10 @@ class GPT(nn.Module):
 
     def _init_weights(self, m):
         if isinstance(m, nn.Linear):
-            # nanochat: std 1/√fan_in, shrunk for wide-in/narrow-out; output projections start at 0
-            fan_out, fan_in = m.weight.shape
-            nn.init.normal_(m.weight, std=min(1.0, math.sqrt(fan_out / fan_in)) / math.sqrt(fan_in))
+            # std 1/√fan_in for every design's every input projection (Kaiming, gain 1), so a key or
+            # value starts at one scale whether its weight is MHA's, GQA's, W_s or W_dkv; output
+            # projections start at 0 (below)
+            nn.init.normal_(m.weight, std=1 / math.sqrt(m.weight.size(1)))
         elif isinstance(m, nn.Embedding):
             nn.init.normal_(m.weight, std=1.0)
         elif isinstance(m, Block):  # residual branches start as identity
@@ -182,7 +191,8 @@ PRESETS = {
     "1.2b": dict(n_layer=24, n_head=12, n_embd=1536, block_size=2048, n_kv_head=4, mla_kv_rank=256, lrkv_rank=51),
     "2.5b": dict(n_layer=36, n_head=18, n_embd=2304, block_size=2048, n_kv_head=6, mla_kv_rank=384, lrkv_rank=55),
     "6.3b": dict(n_layer=32, n_head=32, n_embd=4096, block_size=2048, n_kv_head=2, mla_kv_rank=1024, lrkv_rank=54),
-    "cpu": dict(n_layer=4, n_head=4, n_embd=128, block_size=256, vocab_size=320, n_kv_head=2, mla_kv_rank=32, lrkv_rank=13),
+    "cpu": dict(n_layer=4, n_head=4, n_embd=128, block_size=256, vocab_size=320, n_kv_head=2, mla_kv_rank=32, lrkv_rank=13,
+                attn_scale=2.0),
 }
 
 

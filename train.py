@@ -25,6 +25,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import flops
 from eval import evaluate
 from model import GPT, GPTConfig, preset as model_preset
+from muon import Muon
 from prepare import load_split, prepare
 from tokenizer import get_tokenizer
 
@@ -35,8 +36,10 @@ run_name = ""  # default: {preset}_{attn}_s{seed}; not --run, which torchrun tak
 resume = False
 preset = "cpu"  # model shape from model.PRESETS; the model fields below override it
 attn = "mha"
-n_layer = n_head = n_embd = block_size = vocab_size = 0  # 0 = the preset's (vocab: the data's, padded)
-n_kv_head = lrkv_rank = mla_kv_rank = mla_rope_dim = mla_q_rank = 0
+n_layer = n_head = n_embd = block_size = vocab_size = None  # None = the preset's (vocab: the data's, padded)
+n_kv_head = lrkv_rank = mla_kv_rank = mla_rope_dim = mla_q_rank = None  # None = the preset's, or model.py's default
+mla_deepseek = None  # MLA with DeepSeek's widths (d_n = d_h) and a learnable kv_norm weight
+attn_scale = None  # multiplier of the QK-normed designs' softmax scale 1/√d_h (cpu preset 2.0, paper presets 1.0)
 data_dir = "data"
 dataset = "shakespeare"  # shakespeare (embedded, prepared on first use) or fineweb
 tokenizer = "byte"  # byte for CPU runs, gpt2 for real ones
@@ -46,6 +49,7 @@ max_iters = 600
 warmup_iters = 30
 min_lr_frac = 0.0  # cosine decays to this fraction of each learning rate
 optimizer = "muon"  # muon (the paper's) or adamw (a plain baseline)
+muon_dtype = "auto"  # Newton-Schulz precision: auto = bf16 on GPUs (the paper's), fp32 on CPUs; or bf16, fp32
 matrix_lr = 0.02  # Muon, every hidden weight matrix
 embed_lr = 0.2  # AdamW, token embedding
 head_lr = 0.004  # AdamW, output head
@@ -61,7 +65,7 @@ device = "auto"  # auto: cuda if available, else cpu
 compile = "auto"  # auto: on for cuda
 # -----------------------------------------------------------------------------
 MODEL_FIELDS = [f.name for f in fields(GPTConfig) if f.name != "rope_base"]
-config_keys = [k for k, v in globals().items() if not k.startswith("_") and isinstance(v, (int, float, str, bool, tuple))]
+config_keys = [k for k, v in globals().items() if not k.startswith("_") and isinstance(v, (int, float, str, bool, tuple, type(None)))]
 
 
 def fail(msg):
@@ -89,7 +93,9 @@ def configure(argv):
         except (ValueError, SyntaxError):
             pass  # a bare string such as --attn=lrkv
         default = g[key]
-        if isinstance(default, bool) or default == "auto":
+        if default is None:  # a model field: GPTConfig checks it
+            ok = isinstance(val, (int, float, bool))
+        elif isinstance(default, bool) or default == "auto":
             ok = isinstance(val, bool) or val == "auto"
         elif isinstance(default, float):
             ok = isinstance(val, (int, float)) and not isinstance(val, bool)
@@ -137,7 +143,7 @@ tok = get_tokenizer(tokenizer)
 
 # model
 try:
-    overrides = {k: globals()[k] for k in MODEL_FIELDS if globals()[k]}
+    overrides = {k: globals()[k] for k in MODEL_FIELDS if globals()[k] is not None}
     overrides.setdefault("vocab_size", math.ceil(tok.vocab_size / 64) * 64)  # pad for fast matmuls
     mcfg = model_preset(preset, **overrides)
 except ValueError as e:
@@ -153,19 +159,24 @@ torch.manual_seed(seed)
 model = GPT(mcfg).to(device)
 flops_per_token = flops.train_flops_per_token(mcfg)
 
-# optimisers: Muon orthogonalises each hidden weight matrix as stored (a per-head stack such as
-# c_k, LRKV's U and B or MLA's W_ukv counts as one matrix, the same for every design); AdamW for
-# the embedding and the head. Decoupled decay at lr 0.2 would shrink the embedding 2% a step,
-# so the embedding gets none.
-hidden = [p for n, p in model.named_parameters() if n.startswith("h.")]
+# optimisers: Muon for every hidden weight matrix, each as the map it is (K and V are separate
+# weights in every design; LRKV's block-diagonal B per head, see muon.py); AdamW for the
+# embedding, the head and any gain (MLA's kv_norm weight with --mla_deepseek, no decay). Decoupled
+# decay at lr 0.2 would shrink the embedding 2% a step, so the embedding gets none.
+matrices = [p for n, p in model.named_parameters() if n.startswith("h.") and p.ndim == 2]
+gains = [p for n, p in model.named_parameters() if n.startswith("h.") and p.ndim < 2]
+if muon_dtype not in ("auto", "bf16", "fp32"):
+    fail(f"--muon_dtype={muon_dtype!r} is unknown; use auto, bf16 or fp32")
+ns_dtype = torch.bfloat16 if muon_dtype == "bf16" or (muon_dtype == "auto" and cuda) else torch.float32
 if optimizer == "muon":
-    optims = [torch.optim.Muon(hidden, lr=matrix_lr, weight_decay=weight_decay),
+    optims = [Muon(matrices, lr=matrix_lr, weight_decay=weight_decay, ns_dtype=ns_dtype),
               torch.optim.AdamW([dict(params=[model.wte.weight], lr=embed_lr, weight_decay=0.0),
-                                 dict(params=[model.lm_head.weight], lr=head_lr)],
+                                 dict(params=[model.lm_head.weight], lr=head_lr),
+                                 dict(params=gains, lr=head_lr, weight_decay=0.0)],
                                 betas=betas, weight_decay=weight_decay)]
 elif optimizer == "adamw":
-    optims = [torch.optim.AdamW([dict(params=hidden + [model.lm_head.weight]),
-                                 dict(params=[model.wte.weight], weight_decay=0.0)],
+    optims = [torch.optim.AdamW([dict(params=matrices + [model.lm_head.weight]),
+                                 dict(params=[model.wte.weight] + gains, weight_decay=0.0)],
                                 lr=adamw_lr, betas=betas, weight_decay=weight_decay)]
 else:
     fail(f"--optimizer={optimizer!r} is unknown; use muon or adamw")

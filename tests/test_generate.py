@@ -125,12 +125,12 @@ def test_gram_equals_explicit_bilinear_forms(attn):
     if attn == "mla":
         d_n, d_c = attn_mod.d_n, attn_mod.d_c
         q = attn_mod.W_uq(attn_mod.W_dq(x)).view(3, H, -1)
-        c, k_pe = attn_mod.W_dkv(x).split([d_c, attn_mod.d_r], dim=-1)
-        k_nope = attn_mod.W_ukv(c).view(3, H, -1)[..., :d_n]
+        c, k_pe = attn_mod.W_dkv(x), attn_mod.W_kr(x)
+        k_nope = attn_mod.W_uk(c).view(3, H, d_n)
         k = torch.cat([k_nope, k_pe.unsqueeze(1).expand(3, H, -1)], dim=-1)
     elif attn == "lrkv":
-        k_s = attn_mod.W_s(x)[:, :attn_mod.d_h]
-        r_k = attn_mod.U(x).view(3, 2, H, -1)[:, 0]  # (3, H, r)
+        k_s = attn_mod.W_sk(x)
+        r_k = attn_mod.U_k(x).view(3, H, -1)  # (3, H, r)
         k = k_s.unsqueeze(1) + torch.einsum("nhr,hdr->nhd", r_k, attn_mod.B_k.view(H, attn_mod.d_h, -1))
         q = attn_mod.c_q(x).view(3, H, -1)
     else:
@@ -145,9 +145,9 @@ def test_lrkv_without_residuals_has_mqas_gram():
     mqa = GPT(tiny("mqa")).eval()
     state = dict(lrkv.state_dict())
     for l, block in enumerate(lrkv.h):
-        W = state.pop(f"h.{l}.attn.W_s.weight")
-        state[f"h.{l}.attn.c_k.weight"], state[f"h.{l}.attn.c_v.weight"] = W.chunk(2)
-        for k in ("U.weight", "B_k", "B_v"):
+        state[f"h.{l}.attn.c_k.weight"] = state.pop(f"h.{l}.attn.W_sk.weight")
+        state[f"h.{l}.attn.c_v.weight"] = state.pop(f"h.{l}.attn.W_sv.weight")
+        for k in ("U_k.weight", "U_v.weight", "B_k", "B_v"):
             del state[f"h.{l}.attn.{k}"]
     mqa.load_state_dict(state)
     with_residuals = [r["gram"] for r in ev.head_diversity(lrkv)]

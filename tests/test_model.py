@@ -80,8 +80,8 @@ def lrkv_parts(attn, i):
     """(W_s, U_h for every head, B_h for every head) of K (i=0) or V (i=1), in the paper's
     orientation: W_s (d, d_h), U (H, d, r), B (H, d_h, r)."""
     H, r, d_h = attn.H, attn.r, attn.d_h
-    W_s = attn.W_s.weight[i * d_h:(i + 1) * d_h].T
-    U = attn.U.weight.view(2, H, r, -1)[i].transpose(1, 2)
+    W_s = (attn.W_sk, attn.W_sv)[i].weight.T
+    U = (attn.U_k, attn.U_v)[i].weight.view(H, r, -1).transpose(1, 2)
     B = (attn.B_k, attn.B_v)[i].view(H, d_h, r)
     return W_s, U, B
 
@@ -98,7 +98,7 @@ def test_lrkv_is_mha_with_weights_W_s_plus_U_B():
             W_s, U, B = lrkv_parts(block.attn, i)
             W = W_s + U @ B.transpose(1, 2)  # (H, d, d_h): one full weight per head
             state[f"h.{l}.attn.{name}.weight"] = W.transpose(1, 2).reshape(-1, cfg.n_embd)
-        for k in ("W_s.weight", "U.weight", "B_k", "B_v"):
+        for k in ("W_sk.weight", "W_sv.weight", "U_k.weight", "U_v.weight", "B_k", "B_v"):
             del state[f"h.{l}.attn.{k}"]
     mha.load_state_dict(state)
     idx = tokens(cfg)
@@ -113,9 +113,9 @@ def test_lrkv_without_residuals_is_mqa():
     for l, block in enumerate(lrkv.h):
         block.attn.B_k.data.zero_()
         block.attn.B_v.data.zero_()
-        W = state.pop(f"h.{l}.attn.W_s.weight")
-        state[f"h.{l}.attn.c_k.weight"], state[f"h.{l}.attn.c_v.weight"] = W.chunk(2)
-        for k in ("U.weight", "B_k", "B_v"):
+        state[f"h.{l}.attn.c_k.weight"] = state.pop(f"h.{l}.attn.W_sk.weight")
+        state[f"h.{l}.attn.c_v.weight"] = state.pop(f"h.{l}.attn.W_sv.weight")
+        for k in ("U_k.weight", "U_v.weight", "B_k", "B_v"):
             del state[f"h.{l}.attn.{k}"]
     mqa.load_state_dict(state)
     idx = tokens(cfg)
@@ -148,7 +148,8 @@ def test_parameter_counts_equal_formulas(attn):
     cfg = tiny(attn)
     model = GPT(cfg)
     kv_names = {"mha": ("c_k", "c_v"), "gqa": ("c_k", "c_v"), "mqa": ("c_k", "c_v"),
-                "mla": ("W_dkv", "W_ukv"), "lrkv": ("W_s", "U", "B_k", "B_v")}[attn]
+                "mla": ("W_dkv", "W_kr", "W_uk", "W_uv", "kv_norm"),
+                "lrkv": ("W_sk", "W_sv", "U_k", "U_v", "B_k", "B_v")}[attn]
     kv = sum(p.numel() for n, p in model.named_parameters() if n.split(".")[2:3] == ["attn"]
              and n.split(".")[3] in kv_names)
     assert kv == flops.kv_params(cfg)
