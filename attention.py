@@ -19,8 +19,9 @@ import torch.nn.functional as F
 
 
 def norm(x):
-    # parameter-free RMSNorm over the last dim (nanochat)
-    return F.rms_norm(x, (x.size(-1),))
+    # parameter-free RMSNorm over the last dim (nanochat). CUDA's autocast runs rms_norm in fp32 and
+    # returns fp32: keep x's dtype, so normalised q, k (and the keys cached) stay in bf16 there
+    return F.rms_norm(x, (x.size(-1),)).type_as(x)
 
 
 def rope(x, cos, sin):
@@ -135,7 +136,8 @@ class MLA(nn.Module):
         q = self.W_uq(norm(self.W_dq(x))) if hasattr(self, "W_dq") else self.c_q(x)
         q_nope, q_pe = q.view(B, T, H, d_n + d_r).split([d_n, d_r], dim=-1)  # (B, T, H, d_n), (.., d_r)
         q_pe = rope(q_pe, cos, sin)
-        c_kv = self.kv_norm(self.W_dkv(x))  # (B, T, d_c)
+        c_kv = self.W_dkv(x)  # (B, T, d_c)
+        c_kv = self.kv_norm(c_kv).type_as(c_kv)  # its dtype, as norm() above
         k_pe = rope(self.W_kr(x).unsqueeze(2), cos, sin).squeeze(2)  # (B, T, d_r): one RoPE key for all heads
         scale = 1.0 / math.sqrt(d_n + d_r)
         if cache is None and not self.absorb:

@@ -10,6 +10,10 @@ import flops
 from model import GPT, PRESETS, GPTConfig, preset
 
 DESIGNS = ["mha", "gqa", "mqa", "mla", "lrkv"]
+# every design, plus the options that change a design's shapes or its attention
+VARIANTS = [(a, {}) for a in DESIGNS] + [("mla", dict(mla_deepseek=True)),
+                                         ("mla", dict(mla_deepseek=True, mla_q_rank=16)),
+                                         ("mha", dict(attn_scale=2.5)), ("lrkv", dict(attn_scale=2.5))]
 
 
 def tiny(attn, **kw):
@@ -132,8 +136,9 @@ def test_lrkv_residual_starts_at_a_tenth_of_shared():
 
 
 @pytest.mark.parametrize("q_rank", [0, 16])
-def test_mla_absorbed_equals_naive(q_rank):
-    cfg = tiny("mla", mla_q_rank=q_rank)
+@pytest.mark.parametrize("deepseek", [False, True])
+def test_mla_absorbed_equals_naive(q_rank, deepseek):
+    cfg = tiny("mla", mla_q_rank=q_rank, mla_deepseek=deepseek)
     model = randomized(cfg)
     idx = tokens(cfg)
     naive, _ = model(idx)
@@ -143,9 +148,9 @@ def test_mla_absorbed_equals_naive(q_rank):
     torch.testing.assert_close(absorbed, naive, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("attn", DESIGNS)
-def test_parameter_counts_equal_formulas(attn):
-    cfg = tiny(attn)
+@pytest.mark.parametrize("attn, kw", VARIANTS)
+def test_parameter_counts_equal_formulas(attn, kw):
+    cfg = tiny(attn, **kw)
     model = GPT(cfg)
     kv_names = {"mha": ("c_k", "c_v"), "gqa": ("c_k", "c_v"), "mqa": ("c_k", "c_v"),
                 "mla": ("W_dkv", "W_kr", "W_uk", "W_uv", "kv_norm"),
@@ -154,17 +159,17 @@ def test_parameter_counts_equal_formulas(attn):
              and n.split(".")[3] in kv_names)
     assert kv == flops.kv_params(cfg)
     assert sum(p.numel() for p in model.parameters()) == flops.params(cfg)
-    # SPEC's K/V formulas written out once more, per layer
+    # SPEC's K/V formulas written out once more, per layer (DeepSeek's MLA: d_n = d_h, + kv_norm's d_c)
     d, H, d_h, L = cfg.n_embd, cfg.n_head, cfg.head_dim, cfg.n_layer
+    mla = d * (24 + 8) + (24 * H * (d_h + d_h) + 24 if cfg.mla_deepseek else 24 * H * (d_h - 8 + d_h))
     expected = {"mha": 2 * H * d * d_h, "gqa": 2 * 2 * d * d_h, "mqa": 2 * d * d_h,
-                "lrkv": 2 * d * d_h + 2 * H * 6 * (d + d_h),
-                "mla": d * (24 + 8) + 24 * H * (d_h - 8 + d_h)}[attn]
+                "lrkv": 2 * d * d_h + 2 * H * 6 * (d + d_h), "mla": mla}[attn]
     assert kv == L * expected
 
 
-@pytest.mark.parametrize("attn", DESIGNS)
-def test_train_flops_equal_flop_counter(attn):
-    cfg = tiny(attn, block_size=48)
+@pytest.mark.parametrize("attn, kw", VARIANTS)
+def test_train_flops_equal_flop_counter(attn, kw):
+    cfg = tiny(attn, block_size=48, **kw)
     model = GPT(cfg)
     idx = tokens(cfg, B=2)
     # the math backend runs attention as matmuls the counter sees (as full, non-causal attention)
@@ -175,9 +180,9 @@ def test_train_flops_equal_flop_counter(attn):
     assert abs(measured / flops.train_flops_per_token(cfg) - 1) < 0.01
 
 
-@pytest.mark.parametrize("attn", DESIGNS)
-def test_cache_bytes_allocated_equal_formula(attn):
-    cfg = tiny(attn)
+@pytest.mark.parametrize("attn, kw", VARIANTS)
+def test_cache_bytes_allocated_equal_formula(attn, kw):
+    cfg = tiny(attn, **kw)
     model = randomized(cfg)
     caches = model.new_caches(max_len=20)
     with torch.no_grad():
@@ -186,9 +191,9 @@ def test_cache_bytes_allocated_equal_formula(attn):
     assert allocated == 3 * 20 * flops.kv_cache_bytes_per_token(cfg, bytes_per_elem=4)
 
 
-@pytest.mark.parametrize("attn", DESIGNS)
-def test_cached_decoding_equals_full_forward(attn):
-    cfg = tiny(attn)
+@pytest.mark.parametrize("attn, kw", VARIANTS)
+def test_cached_decoding_equals_full_forward(attn, kw):
+    cfg = tiny(attn, **kw)
     model = randomized(cfg)
     idx = tokens(cfg, T=20)
     with torch.no_grad():
@@ -221,6 +226,10 @@ def test_paper_cache_shares():
     (dict(attn="mla", mla_rope_dim=64, n_embd=256, n_head=4), "mla_rope_dim"),
     (dict(attn="mla", mla_rope_dim=7, n_embd=256, n_head=4), "mla_rope_dim"),
     (dict(attn="mla", mla_kv_rank=-5), "mla_kv_rank"),
+    (dict(attn="lrkv", lrkv_rank=0), "lrkv_rank"),  # 0 is not "the default": None is
+    (dict(attn="gqa", n_kv_head=0), "n_kv_head"),
+    (dict(attn="mla", mla_kv_rank=0), "mla_kv_rank"),
+    (dict(attn_scale=0.0), "attn_scale"),
 ])
 def test_bad_config_names_the_field(kw, field):
     with pytest.raises(ValueError) as e:
@@ -252,3 +261,54 @@ def test_torch_compile_trains_every_design():
         opt.step()
         _, eager = model(idx, idx)
         assert eager.item() < loss.item(), attn  # the compiled step's gradients improved the model
+
+
+@pytest.mark.parametrize("attn", DESIGNS)
+def test_attn_scale_reaches_every_qk_normed_design(attn):
+    # the scale multiplies the logits of MHA/GQA/MQA/LRKV (training and, via the cached test above,
+    # LRKV's own decode softmax); MLA has no QK-norm and keeps 1/√(d_n + d_r)
+    cfg = tiny(attn)
+    a, b = randomized(cfg), randomized(tiny(attn, attn_scale=3.0))
+    idx = tokens(cfg)
+    with torch.no_grad():
+        differ = (a(idx)[0] - b(idx)[0]).abs().max() > 1e-3
+        cache_a, cache_b = a.new_caches(), b.new_caches()
+        a(idx[:, :5], caches=cache_a), b(idx[:, :5], caches=cache_b)
+        step_differs = (a(idx[:, 5:6], caches=cache_a)[0] - b(idx[:, 5:6], caches=cache_b)[0]).abs().max() > 1e-3
+    assert differ == step_differs == (attn != "mla")
+
+
+@pytest.mark.parametrize("attn", DESIGNS)
+def test_every_input_projection_starts_at_one_std(attn):
+    # one init rule (Kaiming, gain 1): a key weight is 1/√d_model whatever the design stores
+    torch.manual_seed(0)
+    model = GPT(tiny(attn, n_embd=256, n_head=4, mla_kv_rank=64, mla_rope_dim=16, lrkv_rank=16))
+    for name, p in model.h[0].attn.named_parameters():
+        if name.startswith(("W_", "c_q", "c_k", "c_v")) and p.ndim == 2:
+            assert p.std().item() == pytest.approx(p.size(1) ** -0.5, rel=0.15), name
+
+
+def test_muon_treats_k_and_v_alike_in_every_design():
+    # K and V are separate 2-D weights everywhere, and only LRKV's block-diagonal B is per head
+    for attn in DESIGNS:
+        model = GPT(tiny(attn))
+        names = [n.split(".")[-2] if n.endswith("weight") else n.split(".")[-1]
+                 for n, p in model.h[0].attn.named_parameters() if p.ndim == 2]
+        assert all("kv" not in n or n == "W_dkv" for n in names), names  # no joint K|V matrix
+        heads = {n: getattr(p, "heads", 1) for n, p in model.h[0].attn.named_parameters()}
+        assert {n for n, h in heads.items() if h > 1} == ({"B_k", "B_v"} if attn == "lrkv" else set())
+
+
+@pytest.mark.parametrize("attn, kw", VARIANTS)
+def test_caches_hold_the_compute_dtype_under_autocast(attn, kw, monkeypatch):
+    # CUDA's autocast policy runs rms_norm in fp32 (CPU's does not): imitate it on CPU, and every
+    # cached tensor must still be bf16, or the cache bytes of the QK-normed designs would double
+    rms_norm = torch.nn.functional.rms_norm
+    monkeypatch.setattr(torch.nn.functional, "rms_norm", lambda x, *a, **k: rms_norm(x.float(), *a, **k))
+    cfg = tiny(attn, **kw)
+    model = randomized(cfg)
+    caches = model.new_caches(max_len=12)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        model(tokens(cfg, T=12), caches=caches)
+    assert {b.dtype for c in caches for b in c.buf.values()} == {torch.bfloat16}
+    assert sum(c.nbytes() for c in caches) == 2 * 12 * flops.kv_cache_bytes_per_token(cfg, bytes_per_elem=2)

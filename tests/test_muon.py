@@ -1,0 +1,71 @@
+"""muon.py: the same algorithm as torch.optim.Muon, per-head blocks, and the fp32 choice."""
+import pytest
+import torch
+
+from muon import Muon, orthogonalise
+
+
+def params(shapes, seed=0):
+    torch.manual_seed(seed)
+    return [torch.nn.Parameter(torch.randn(*s)) for s in shapes]
+
+
+def run(opt_cls, ps, steps=3, **kw):
+    opt = opt_cls(ps, lr=0.02, weight_decay=0.1, **kw)
+    g = torch.Generator().manual_seed(1)
+    for _ in range(steps):
+        for p in ps:
+            p.grad = torch.randn(p.shape, generator=g)
+        opt.step()
+    return ps
+
+
+def test_bf16_equals_torch_muon_exactly():
+    # same reduction order, same bf16 roundings: no tolerance needed
+    shapes = [(64, 32), (32, 96), (48, 48)]
+    ours = run(Muon, params(shapes), ns_dtype=torch.bfloat16)
+    theirs = run(torch.optim.Muon, params(shapes))
+    for a, b in zip(ours, theirs):
+        assert torch.equal(a, b)
+
+
+def test_fp32_is_close_to_bf16_and_orthogonal():
+    G = torch.randn(1, 40, 24)
+    O32, O16 = orthogonalise(G, dtype=torch.float32), orthogonalise(G, dtype=torch.bfloat16)
+    assert O32.dtype == torch.float32
+    s = torch.linalg.svdvals(O32[0])
+    assert s.min() > 0.5 and s.max() < 1.5  # the quintic's band, not exactly 1
+    assert (O32 - O16.float()).abs().max() < 0.05  # bf16 differs only by its rounding
+
+
+def test_heads_orthogonalise_each_block_alone():
+    # a block-diagonal map stored as H stacked (d_h, r) blocks: each block's step is the step Muon
+    # would take on that block as its own matrix
+    H, d_h, r = 4, 8, 3
+    stacked = params([(H * d_h, r)])[0]
+    stacked.heads = H
+    blocks = [torch.nn.Parameter(b.detach().clone()) for b in stacked.detach().split(d_h)]
+    run(Muon, [stacked], ns_dtype=torch.float32)
+    g = torch.Generator().manual_seed(1)
+    opt = Muon(blocks, lr=0.02, weight_decay=0.1, ns_dtype=torch.float32)
+    for _ in range(3):
+        full = torch.randn(H * d_h, r, generator=g)
+        for b, gb in zip(blocks, full.split(d_h)):
+            b.grad = gb.clone()
+        opt.step()
+    torch.testing.assert_close(stacked.detach(), torch.cat([b.detach() for b in blocks]), rtol=1e-5, atol=1e-6)
+    # and it is not what the stack as one matrix would get
+    one = params([(H * d_h, r)])[0]
+    run(Muon, [one], ns_dtype=torch.float32)
+    assert (one - stacked).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("shape", [(16, 64), (64, 16)])
+def test_lr_scale_follows_each_block_shape(shape):
+    # step size: lr·√max(1, rows/cols) of the (block) matrix, times an orthogonal-ish update
+    p = params([shape])[0]
+    before = p.detach().clone()
+    run(Muon, [p], steps=1, ns_dtype=torch.float32)
+    step = (p.detach() - before * (1 - 0.02 * 0.1)) / 0.02
+    expected = max(1.0, shape[0] / shape[1]) ** 0.5
+    assert torch.linalg.matrix_norm(step, ord=2) == pytest.approx(expected, rel=0.35)
