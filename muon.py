@@ -58,3 +58,17 @@ class Muon(torch.optim.Optimizer):
                 update = orthogonalise(g, group["ns_steps"], self.ns_dtype).reshape(p.shape)
                 p.mul_(1 - lr * group["weight_decay"])
                 p.add_(update, alpha=-lr * math.sqrt(max(1.0, g.size(1) / g.size(2))))
+
+
+def optimizers(model, matrix_lr, embed_lr, head_lr, weight_decay, betas, ns_dtype):
+    """The paper's split: Muon for every hidden weight matrix, each the map it is (K and V are
+    separate weights in every design; LRKV's block-diagonal B per head); AdamW for the embedding,
+    the head and any gain (MLA's kv_norm weight with mla_deepseek). Neither the embedding nor a
+    gain is decayed: decoupled decay at lr 0.2 would shrink the embedding 2% a step."""
+    hidden = [p for n, p in model.named_parameters() if n.startswith("h.")]
+    matrices, gains = [p for p in hidden if p.ndim == 2], [p for p in hidden if p.ndim < 2]
+    return [Muon(matrices, lr=matrix_lr, weight_decay=weight_decay, ns_dtype=ns_dtype),
+            torch.optim.AdamW([dict(params=[model.wte.weight], lr=embed_lr, weight_decay=0.0),
+                               dict(params=[model.lm_head.weight], lr=head_lr),
+                               dict(params=gains, lr=head_lr, weight_decay=0.0)],
+                              betas=betas, weight_decay=weight_decay)]

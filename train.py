@@ -25,7 +25,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import flops
 from eval import evaluate
 from model import GPT, GPTConfig, preset as model_preset
-from muon import Muon
+from muon import optimizers
 from prepare import load_split, prepare
 from tokenizer import get_tokenizer
 
@@ -159,24 +159,16 @@ torch.manual_seed(seed)
 model = GPT(mcfg).to(device)
 flops_per_token = flops.train_flops_per_token(mcfg)
 
-# optimisers: Muon for every hidden weight matrix, each as the map it is (K and V are separate
-# weights in every design; LRKV's block-diagonal B per head, see muon.py); AdamW for the
-# embedding, the head and any gain (MLA's kv_norm weight with --mla_deepseek, no decay). Decoupled
-# decay at lr 0.2 would shrink the embedding 2% a step, so the embedding gets none.
-matrices = [p for n, p in model.named_parameters() if n.startswith("h.") and p.ndim == 2]
-gains = [p for n, p in model.named_parameters() if n.startswith("h.") and p.ndim < 2]
+# optimisers: Muon + AdamW as the paper (muon.optimizers), or AdamW for everything
 if muon_dtype not in ("auto", "bf16", "fp32"):
     fail(f"--muon_dtype={muon_dtype!r} is unknown; use auto, bf16 or fp32")
 ns_dtype = torch.bfloat16 if muon_dtype == "bf16" or (muon_dtype == "auto" and cuda) else torch.float32
 if optimizer == "muon":
-    optims = [Muon(matrices, lr=matrix_lr, weight_decay=weight_decay, ns_dtype=ns_dtype),
-              torch.optim.AdamW([dict(params=[model.wte.weight], lr=embed_lr, weight_decay=0.0),
-                                 dict(params=[model.lm_head.weight], lr=head_lr),
-                                 dict(params=gains, lr=head_lr, weight_decay=0.0)],
-                                betas=betas, weight_decay=weight_decay)]
+    optims = optimizers(model, matrix_lr, embed_lr, head_lr, weight_decay, betas, ns_dtype)
 elif optimizer == "adamw":
-    optims = [torch.optim.AdamW([dict(params=matrices + [model.lm_head.weight]),
-                                 dict(params=[model.wte.weight] + gains, weight_decay=0.0)],
+    decay = [p for n, p in model.named_parameters() if p.ndim == 2 and n != "wte.weight"]
+    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2 or n == "wte.weight"]
+    optims = [torch.optim.AdamW([dict(params=decay), dict(params=no_decay, weight_decay=0.0)],
                                 lr=adamw_lr, betas=betas, weight_decay=weight_decay)]
 else:
     fail(f"--optimizer={optimizer!r} is unknown; use muon or adamw")
