@@ -39,13 +39,19 @@ def causal_mask(Tq, Tk, device):
 
 def attend(q, k, v, scale=None):
     # q (B, H, Tq, D), k (B, Hkv, Tk, D), v (B, Hkv, Tk, Dv) with Hkv dividing H -> (B, H, Tq, Dv)
-    Tq, Tk = q.size(2), k.size(2)
-    gqa = k.size(1) != q.size(1)  # SDPA shares each K/V head across H/Hkv query heads, no copies
-    if Tq == Tk:  # training, or a prefill into an empty cache
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=gqa)
-    # is_causal aligns the mask top-left; a chunk decoded after a cache needs it bottom-right
-    mask = None if Tq == 1 else causal_mask(Tq, Tk, q.device)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=gqa)
+    B, H, Tq, D = q.shape
+    Hkv, Tk = k.size(1), k.size(2)
+    if Tq == Tk:  # training, or a prefill into an empty cache: causal, and the fused kernels take GQA
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=Hkv != H)
+    # decoding after a cache: the G = H/Hkv query heads of a group read one K/V head, so fold them
+    # into the query length, (B, Hkv, G·Tq, D): plain attention, which every fused kernel takes
+    # (memory-efficient has no GQA, flash no fp32), and no K/V head is copied
+    G = H // Hkv
+    q = q.reshape(B, Hkv, G * Tq, D)
+    # is_causal would align the mask top-left; new tokens after a cache need it bottom-right
+    mask = None if Tq == 1 else causal_mask(Tq, Tk, q.device).repeat(G, 1)  # (G·Tq, Tk)
+    y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)  # (B, Hkv, G·Tq, Dv)
+    return y.view(B, H, Tq, -1)
 
 
 class KVCache:
@@ -107,8 +113,9 @@ class MLA(nn.Module):
     Widths: equal (d_n = d_h - d_r, so q, k and v are all d_h wide) or DeepSeek's (cfg.mla_deepseek:
     d_n = d_h, q/k d_h + d_r wide, v d_h, and a learnable kv_norm weight). No QK-norm: it would
     block absorption, so cfg.attn_scale does not apply and the scale is 1/√(d_n + d_r).
-    Training builds full K and V (naive). Decoding caches only c_kv and k_pe (d_c + d_r per token)
-    and absorbs W_uk into the query and W_uv after attention, so it never builds K or V."""
+    Training and prefill build full K and V (naive, fused causal attention). The cache holds only
+    c_kv and k_pe (d_c + d_r per token); decoding absorbs W_uk into the query and W_uv after
+    attention, so it never builds K or V."""
 
     def __init__(self, cfg):
         super().__init__()
@@ -140,8 +147,10 @@ class MLA(nn.Module):
         c_kv = self.kv_norm(c_kv).type_as(c_kv)  # its dtype, as norm() above
         k_pe = rope(self.W_kr(x).unsqueeze(2), cos, sin).squeeze(2)  # (B, T, d_r): one RoPE key for all heads
         scale = 1.0 / math.sqrt(d_n + d_r)
-        if cache is None and not self.absorb:
-            # naive: up-project the latent to full per-head keys and values
+        if cache is not None:  # what a token leaves in the cache: [c_kv, k_pe], d_c + d_r
+            ckv_pe = cache.append(ckv_pe=torch.cat([c_kv, k_pe], dim=-1))["ckv_pe"]  # (B, Tk, d_c + d_r)
+        if t0 == 0 and not self.absorb:
+            # training, or a prefill: up-project the latent to full per-head keys and values
             k_nope = self.W_uk(c_kv).view(B, T, H, d_n)  # (B, T, H, d_n)
             v = self.W_uv(c_kv).view(B, T, H, d_v)  # (B, T, H, d_v)
             k = torch.cat([k_nope, k_pe.unsqueeze(2).expand(B, T, H, d_r)], dim=-1)  # (B, T, H, d_n + d_r)
@@ -150,15 +159,16 @@ class MLA(nn.Module):
             return self.c_proj(y.transpose(1, 2).reshape(B, T, H * d_v))
         # absorbed: q_nope·k_nope = q_nope·(W_uk_h c) = (W_uk_hᵀ q_nope)·c, so attention runs in the
         # latent space as MQA with one (d_c + d_r)-wide key [c_kv, k_pe] and one d_c-wide value c_kv
-        ckv_pe = torch.cat([c_kv, k_pe], dim=-1)  # (B, T, d_c + d_r)
-        if cache is not None:
-            ckv_pe = cache.append(ckv_pe=ckv_pe)["ckv_pe"]  # (B, Tk, d_c + d_r)
+        if cache is None:  # self.absorb on a full sequence (the tests)
+            ckv_pe = torch.cat([c_kv, k_pe], dim=-1)
         W_uk = self.W_uk.weight.view(H, d_n, d_c)  # (H, d_n, d_c)
         W_uv = self.W_uv.weight.view(H, d_v, d_c)  # (H, d_v, d_c)
         q_c = torch.einsum("bthn,hnc->bthc", q_nope, W_uk)  # (B, T, H, d_c)
         q = torch.cat([q_c, q_pe], dim=-1).transpose(1, 2)  # (B, H, T, d_c + d_r)
         kv = ckv_pe.unsqueeze(1)  # (B, 1, Tk, d_c + d_r)
-        y = attend(q, kv, kv[..., :d_c], scale)  # (B, H, T, d_c): attention-weighted latents
+        # the value is c_kv; passing the whole key keeps q, k, v one width (flash needs it) and
+        # costs d_r extra output columns, dropped here
+        y = attend(q, kv, kv, scale)[..., :d_c]  # (B, H, T, d_c): attention-weighted latents
         y = torch.einsum("bhtc,hvc->bthv", y, W_uv)  # (B, T, H, d_v): absorb W_uv after attention
         return self.c_proj(y.reshape(B, T, H * d_v))
 
@@ -208,14 +218,15 @@ class LRKV(nn.Module):
         k_s, v_s = self.W_sk(x), self.W_sv(x)  # (B, T, d_h) each: X W_s^K, X W_s^V
         r_k, r_v = self.U_k(x).view(B, T, H, r), self.U_v(x).view(B, T, H, r)  # (B, T, H, r): R_h = X U_h
         B_k, B_v = self.B_k.view(H, d_h, r), self.B_v.view(H, d_h, r)
-        if cache is None:
-            # training: materialise every head's K_h and V_h (Eqs. 2-3), then attend as MHA
+        if cache is not None:
+            c = cache.append(k_s=k_s, v_s=v_s, r_k=r_k, r_v=r_v)  # the small cache, 2·d_h + 2·H·r
+        if t0 == 0:
+            # training, or a prefill: materialise every head's K_h and V_h (Eqs. 2-3), attend as MHA
             k = k_s.unsqueeze(2) + torch.einsum("bthr,hdr->bthd", r_k, B_k)  # (B, T, H, d_h)
             v = v_s.unsqueeze(2) + torch.einsum("bthr,hdr->bthd", r_v, B_v)  # (B, T, H, d_h)
             k = norm(rope(k, cos[:T], sin[:T]))
             y = attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), self.scale)  # (B, H, T, d_h)
             return self.c_proj(y.transpose(1, 2).reshape(B, T, H * d_h))
-        c = cache.append(k_s=k_s, v_s=v_s, r_k=r_k, r_v=r_v)
         Tk = c["k_s"].size(1)
         # keys, exactly: RoPE rotates the whole d_h vector by position and QK-norm divides by its
         # norm, so RoPE(K_s + R B_hᵀ) ≠ RoPE(K_s) + RoPE(R) B_hᵀ (the paper's Eq. 6 shortcut). We

@@ -312,3 +312,33 @@ def test_caches_hold_the_compute_dtype_under_autocast(attn, kw, monkeypatch):
         model(tokens(cfg, T=12), caches=caches)
     assert {b.dtype for c in caches for b in c.buf.values()} == {torch.bfloat16}
     assert sum(c.nbytes() for c in caches) == 2 * 12 * flops.kv_cache_bytes_per_token(cfg, bytes_per_elem=2)
+
+
+@pytest.mark.parametrize("attn, kw", VARIANTS)
+def test_decode_attention_takes_fused_kernel_shapes(attn, kw, monkeypatch):
+    # after a cache, every SDPA call must be one a fused kernel accepts: q, k, v one width (flash),
+    # as many K/V heads as query heads (memory-efficient has no GQA). LRKV decodes by hand.
+    calls = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    def spy(q, k, v, *a, **kw):
+        calls.append((q.shape, k.shape, v.shape, kw.get("enable_gqa", False)))
+        return sdpa(q, k, v, *a, **kw)
+    cfg = tiny(attn, **kw)
+    model = randomized(cfg)
+    idx = tokens(cfg, T=12)
+    caches = model.new_caches()
+    with torch.no_grad():
+        model(idx[:, :8], caches=caches)
+        monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+        model(idx[:, 8:11], caches=caches)
+        model(idx[:, 11:12], caches=caches)
+    for q, k, v, gqa in calls:
+        assert q[-1] == k[-1] == v[-1] and q[1] == k[1] == v[1] and not gqa
+    assert len(calls) == (0 if attn == "lrkv" else 2 * cfg.n_layer)
+    if attn in ("mla", "mqa", "gqa"):  # and CPU's flash kernel alone runs the decode steps
+        caches = model.new_caches()
+        with torch.no_grad():
+            model(idx[:, :8], caches=caches)
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                model(idx[:, 8:11], caches=caches)
+                model(idx[:, 11:12], caches=caches)
