@@ -8,8 +8,11 @@ what differs is how keys and values are made and what a KV cache must keep per t
     mla               MLA                     latent c_kv and one RoPE key k_pe  d_c + d_r
     lrkv              LRKV                    shared K/V plus rank-r latents     2·d_h + 2·H·r
 
-forward(x, cos, sin, cache=None): cos/sin are the RoPE tables for every position; with a
-KVCache the new tokens sit at positions cache.n ... cache.n+T-1 and attend to all it holds.
+forward(x, cos, sin, cache=None, pos=None): cos/sin are the RoPE tables for every position.
+Without a cache the T tokens sit at positions 0..T-1 (training). With a KVCache and pos None they
+are a prefill at 0..T-1: the training path, then the cache stores what the design keeps. With pos,
+a (T,) tensor of positions, they are written into the cache there and attend over all of it
+under a mask: shapes never depend on the position, so one compiled decode step serves them all.
 """
 import math
 
@@ -32,47 +35,48 @@ def rope(x, cos, sin):
     return torch.cat([x1 * cos + x2 * sin, x2 * cos - x1 * sin], dim=-1)
 
 
-def causal_mask(Tq, Tk, device):
-    # the Tq new queries sit at the last Tq of the Tk key positions
-    return torch.ones(Tq, Tk, dtype=torch.bool, device=device).tril(Tk - Tq)
+def at(cos, sin, T, pos):
+    # the RoPE tables of the new tokens: positions 0..T-1, or pos (T,)
+    return (cos[:T], sin[:T]) if pos is None else (cos[pos], sin[pos])
 
 
-def attend(q, k, v, scale=None):
+def attend(q, k, v, scale=None, mask=None):
     # q (B, H, Tq, D), k (B, Hkv, Tk, D), v (B, Hkv, Tk, Dv) with Hkv dividing H -> (B, H, Tq, Dv)
     B, H, Tq, D = q.shape
-    Hkv, Tk = k.size(1), k.size(2)
-    if Tq == Tk:  # training, or a prefill into an empty cache: causal, and the fused kernels take GQA
+    Hkv = k.size(1)
+    if mask is None:  # training, or a prefill: causal, and the fused kernels take GQA
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=Hkv != H)
-    # decoding after a cache: the G = H/Hkv query heads of a group read one K/V head, so fold them
-    # into the query length, (B, Hkv, G·Tq, D): plain attention, which every fused kernel takes
-    # (memory-efficient has no GQA, flash no fp32), and no K/V head is copied
+    # after a cache, mask (Tq, Tk) says which slots each new token sees. The G = H/Hkv query heads
+    # of a group read one K/V head, so fold them into the query length, (B, Hkv, G·Tq, D): plain
+    # attention, which every fused kernel takes (memory-efficient has no GQA, flash no fp32)
     G = H // Hkv
     q = q.reshape(B, Hkv, G * Tq, D)
-    # is_causal would align the mask top-left; new tokens after a cache need it bottom-right
-    mask = None if Tq == 1 else causal_mask(Tq, Tk, q.device).repeat(G, 1)  # (G·Tq, Tk)
-    y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)  # (B, Hkv, G·Tq, Dv)
+    y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.repeat(G, 1), scale=scale)  # (B, Hkv, G·Tq, Dv)
     return y.view(B, H, Tq, -1)
 
 
 class KVCache:
-    """One layer's cache: preallocated buffers (B, max_len, ...) that a design fills with what it
-    needs. append() writes the new tokens and returns views of everything cached so far."""
+    """One layer's cache: buffers (B, max_len, ...) of what a design keeps per token, allocated at
+    the first write, zeroed (a slot not yet written is masked, and must not hold a NaN). write()
+    stores the new tokens in place and returns every buffer whole, with the mask (T, max_len) of
+    the slots each new token may attend to: slot j for the token at position p iff j <= p.
+    n counts the tokens cached by the plain calls of GPT.forward; a call with explicit positions
+    (the compiled decode step) leaves it to the caller."""
 
     def __init__(self, max_len):
         self.max_len, self.n, self.buf = max_len, 0, {}
 
-    def append(self, **new):
-        T = next(iter(new.values())).size(1)
-        if self.n + T > self.max_len:
-            raise ValueError(f"KV cache holds {self.max_len} tokens; {self.n}+{T} do not fit")
-        out = {}
+    def write(self, pos, **new):
         for name, x in new.items():
             if name not in self.buf:
-                self.buf[name] = x.new_empty(x.size(0), self.max_len, *x.shape[2:])
-            self.buf[name][:, self.n:self.n + T] = x
-            out[name] = self.buf[name][:, :self.n + T]
-        self.n += T
-        return out
+                self.buf[name] = x.new_zeros(x.size(0), self.max_len, *x.shape[2:])
+            if pos is None:  # a prefill: positions 0..T-1
+                self.buf[name][:, :x.size(1)] = x
+            else:
+                self.buf[name].index_copy_(1, pos, x)
+        if pos is None:
+            return self.buf, None
+        return self.buf, torch.arange(self.max_len, device=pos.device) <= pos[:, None]  # (T, max_len)
 
     def nbytes(self):
         return sum(b.numel() * b.element_size() for b in self.buf.values())
@@ -91,18 +95,19 @@ class GroupedQueryAttention(nn.Module):
         self.c_v = nn.Linear(cfg.n_embd, self.Hkv * self.d_h, bias=False)
         self.c_proj = nn.Linear(self.H * self.d_h, cfg.n_embd, bias=False)
 
-    def forward(self, x, cos, sin, cache=None):
+    def forward(self, x, cos, sin, cache=None, pos=None):
         B, T, C = x.size()
-        t0 = cache.n if cache is not None else 0
-        cos, sin = cos[t0:t0 + T], sin[t0:t0 + T]
+        cos, sin = at(cos, sin, T, pos)
         q = self.c_q(x).view(B, T, self.H, self.d_h)  # (B, T, H, d_h)
         k = self.c_k(x).view(B, T, self.Hkv, self.d_h)  # (B, T, Hkv, d_h)
         v = self.c_v(x).view(B, T, self.Hkv, self.d_h)  # (B, T, Hkv, d_h)
         q, k = norm(rope(q, cos, sin)), norm(rope(k, cos, sin))  # RoPE then QK-norm
+        mask = None
         if cache is not None:  # cache the rotated, normalised keys: 2·Hkv·d_h per token
-            c = cache.append(k=k, v=v)
-            k, v = c["k"], c["v"]  # (B, Tk, Hkv, d_h)
-        y = attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), self.scale)  # (B, H, T, d_h)
+            c, mask = cache.write(pos, k=k, v=v)
+            if pos is not None:
+                k, v = c["k"], c["v"]  # (B, max_len, Hkv, d_h)
+        y = attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), self.scale, mask)  # (B, H, T, d_h)
         return self.c_proj(y.transpose(1, 2).reshape(B, T, self.H * self.d_h))
 
 
@@ -135,11 +140,10 @@ class MLA(nn.Module):
         self.c_proj = nn.Linear(H * self.d_v, C, bias=False)
         self.absorb = False  # use the decode path for full sequences too (tests compare the two)
 
-    def forward(self, x, cos, sin, cache=None):
+    def forward(self, x, cos, sin, cache=None, pos=None):
         B, T, C = x.size()
         H, d_n, d_r, d_c, d_v = self.H, self.d_n, self.d_r, self.d_c, self.d_v
-        t0 = cache.n if cache is not None else 0
-        cos, sin = cos[t0:t0 + T], sin[t0:t0 + T]
+        cos, sin = at(cos, sin, T, pos)
         q = self.W_uq(norm(self.W_dq(x))) if hasattr(self, "W_dq") else self.c_q(x)
         q_nope, q_pe = q.view(B, T, H, d_n + d_r).split([d_n, d_r], dim=-1)  # (B, T, H, d_n), (.., d_r)
         q_pe = rope(q_pe, cos, sin)
@@ -147,9 +151,14 @@ class MLA(nn.Module):
         c_kv = self.kv_norm(c_kv).type_as(c_kv)  # its dtype, as norm() above
         k_pe = rope(self.W_kr(x).unsqueeze(2), cos, sin).squeeze(2)  # (B, T, d_r): one RoPE key for all heads
         scale = 1.0 / math.sqrt(d_n + d_r)
-        if cache is not None:  # what a token leaves in the cache: [c_kv, k_pe], d_c + d_r
-            ckv_pe = cache.append(ckv_pe=torch.cat([c_kv, k_pe], dim=-1))["ckv_pe"]  # (B, Tk, d_c + d_r)
-        if t0 == 0 and not self.absorb:
+        mask = None
+        if cache is not None or self.absorb:  # what a token leaves in the cache: d_c + d_r numbers
+            ckv_pe = torch.cat([c_kv, k_pe], dim=-1)  # (B, T, d_c + d_r)
+        if cache is not None:
+            c, mask = cache.write(pos, ckv_pe=ckv_pe)
+            if pos is not None:
+                ckv_pe = c["ckv_pe"]  # (B, max_len, d_c + d_r)
+        if pos is None and not self.absorb:
             # training, or a prefill: up-project the latent to full per-head keys and values
             k_nope = self.W_uk(c_kv).view(B, T, H, d_n)  # (B, T, H, d_n)
             v = self.W_uv(c_kv).view(B, T, H, d_v)  # (B, T, H, d_v)
@@ -159,8 +168,6 @@ class MLA(nn.Module):
             return self.c_proj(y.transpose(1, 2).reshape(B, T, H * d_v))
         # absorbed: q_nope·k_nope = q_nope·(W_uk_h c) = (W_uk_hᵀ q_nope)·c, so attention runs in the
         # latent space as MQA with one (d_c + d_r)-wide key [c_kv, k_pe] and one d_c-wide value c_kv
-        if cache is None:  # self.absorb on a full sequence (the tests)
-            ckv_pe = torch.cat([c_kv, k_pe], dim=-1)
         W_uk = self.W_uk.weight.view(H, d_n, d_c)  # (H, d_n, d_c)
         W_uv = self.W_uv.weight.view(H, d_v, d_c)  # (H, d_v, d_c)
         q_c = torch.einsum("bthn,hnc->bthc", q_nope, W_uk)  # (B, T, H, d_c)
@@ -168,7 +175,7 @@ class MLA(nn.Module):
         kv = ckv_pe.unsqueeze(1)  # (B, 1, Tk, d_c + d_r)
         # the value is c_kv; passing the whole key keeps q, k, v one width (flash needs it) and
         # costs d_r extra output columns, dropped here
-        y = attend(q, kv, kv, scale)[..., :d_c]  # (B, H, T, d_c): attention-weighted latents
+        y = attend(q, kv, kv, scale, mask)[..., :d_c]  # (B, H, T, d_c): attention-weighted latents
         y = torch.einsum("bhtc,hvc->bthv", y, W_uv)  # (B, T, H, d_v): absorb W_uv after attention
         return self.c_proj(y.reshape(B, T, H * d_v))
 
@@ -209,18 +216,17 @@ class LRKV(nn.Module):
             U.mul_(s.view(H, 1, 1))
             B.mul_(s.view(H, 1, 1))
 
-    def forward(self, x, cos, sin, cache=None):
+    def forward(self, x, cos, sin, cache=None, pos=None):
         B, T, C = x.size()
         H, r, d_h = self.H, self.r, self.d_h
-        t0 = cache.n if cache is not None else 0
         q = self.c_q(x).view(B, T, H, d_h)  # (B, T, H, d_h)
-        q = norm(rope(q, cos[t0:t0 + T], sin[t0:t0 + T]))
+        q = norm(rope(q, *at(cos, sin, T, pos)))
         k_s, v_s = self.W_sk(x), self.W_sv(x)  # (B, T, d_h) each: X W_s^K, X W_s^V
         r_k, r_v = self.U_k(x).view(B, T, H, r), self.U_v(x).view(B, T, H, r)  # (B, T, H, r): R_h = X U_h
         B_k, B_v = self.B_k.view(H, d_h, r), self.B_v.view(H, d_h, r)
         if cache is not None:
-            c = cache.append(k_s=k_s, v_s=v_s, r_k=r_k, r_v=r_v)  # the small cache, 2·d_h + 2·H·r
-        if t0 == 0:
+            c, mask = cache.write(pos, k_s=k_s, v_s=v_s, r_k=r_k, r_v=r_v)  # the small cache, 2·d_h + 2·H·r
+        if pos is None:
             # training, or a prefill: materialise every head's K_h and V_h (Eqs. 2-3), attend as MHA
             k = k_s.unsqueeze(2) + torch.einsum("bthr,hdr->bthd", r_k, B_k)  # (B, T, H, d_h)
             v = v_s.unsqueeze(2) + torch.einsum("bthr,hdr->bthd", r_v, B_v)  # (B, T, H, d_h)
@@ -235,7 +241,7 @@ class LRKV(nn.Module):
         k = c["k_s"].unsqueeze(2) + torch.einsum("bthr,hdr->bthd", c["r_k"], B_k)  # (B, Tk, H, d_h)
         k = norm(rope(k, cos[:Tk], sin[:Tk])).transpose(1, 2)  # (B, H, Tk, d_h)
         att = (q.transpose(1, 2) @ k.transpose(-2, -1)) * self.scale  # (B, H, T, Tk)
-        att = att.masked_fill(~causal_mask(T, Tk, x.device), float("-inf")).softmax(dim=-1)
+        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
         # values never need rebuilding, Eq. 7: a V_h = a V_s + (a R_h^V) B_h^Vᵀ
         y = att @ c["v_s"].unsqueeze(1)  # (B, H, T, d_h): a V_s, the shared head
         a_r = torch.einsum("bhts,bshr->bhtr", att, c["r_v"])  # (B, H, T, r): a R_h^V

@@ -94,8 +94,8 @@ class Block(nn.Module):
         self.attn = ATTENTION[cfg.attn](cfg)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, cos, sin, cache=None):
-        x = x + self.attn(norm(x), cos, sin, cache)
+    def forward(self, x, cos, sin, cache=None, pos=None):
+        x = x + self.attn(norm(x), cos, sin, cache, pos)
         return x + self.mlp(norm(x))
 
 
@@ -129,14 +129,24 @@ class GPT(nn.Module):
         elif isinstance(m, LRKV):  # children (W_s) are initialised first, so the 0.1 ratio is to W_s
             m.init_residuals()
 
-    def forward(self, idx, targets=None, caches=None):
+    def forward(self, idx, targets=None, caches=None, pos=None):
+        """idx (B, T) -> logits (B, T, V) and the loss if targets. With caches (one KVCache per
+        layer) the tokens follow the caches[0].n already cached, and n advances; with pos, a (T,)
+        tensor of positions, they are written there and n is left alone: the decode step that
+        torch.compile turns into one graph for every position."""
         B, T = idx.size()
-        t0 = caches[0].n if caches else 0
-        if t0 + T > self.cfg.block_size:
-            raise ValueError(f"{t0 + T} tokens exceed the context block_size={self.cfg.block_size}")
+        if caches and pos is None:
+            t0 = caches[0].n
+            if t0 + T > caches[0].max_len:
+                raise ValueError(f"{t0 + T} tokens exceed the KV cache's max_len={caches[0].max_len}")
+            pos = torch.arange(t0, t0 + T, device=idx.device) if t0 else None  # None: a prefill from 0
+            for c in caches:
+                c.n = t0 + T
+        elif T > self.cfg.block_size:
+            raise ValueError(f"{T} tokens exceed the context block_size={self.cfg.block_size}")
         x = norm(self.wte(idx))  # (B, T, C)
         for i, block in enumerate(self.h):
-            x = block(x, self.cos, self.sin, caches[i] if caches else None)
+            x = block(x, self.cos, self.sin, caches[i] if caches else None, pos)
         logits = self.lm_head(norm(x)).float()  # (B, T, V)
         if targets is None:
             return logits, None
@@ -144,15 +154,20 @@ class GPT(nn.Module):
         return logits, loss
 
     def new_caches(self, max_len=None):
+        if (max_len or 0) > self.cfg.block_size:
+            raise ValueError(f"a KV cache of {max_len} tokens exceeds the context block_size={self.cfg.block_size}")
         return [KVCache(max_len or self.cfg.block_size) for _ in self.h]
 
     @torch.no_grad()
-    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True, generator=None):
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True, generator=None,
+                 compile=None):
         """Continue the prompts idx (B, T) by max_new_tokens tokens -> (B, T + max_new_tokens).
         temperature 0 is greedy; top_k keeps the k likeliest tokens; sampling draws from generator
         (on any device) for reproducible runs. With the cache: one prefill of the prompt, then one
         token per step, each design caching what it needs (MLA decodes absorbed, LRKV exactly).
-        use_cache=False recomputes the full forward every step: slow, and the reference."""
+        compile (default: on CUDA) runs the decode step through torch.compile: one graph serves
+        every position (the position is a tensor, the cache a fixed shape). use_cache=False
+        recomputes the full forward every step: slow, and the reference."""
         B, T = idx.size()
         if T < 1:
             raise ValueError("generate needs a prompt of at least one token (e.g. the tokenizer's eot)")
@@ -161,12 +176,18 @@ class GPT(nn.Module):
                              f"block_size={self.cfg.block_size}; shorten the prompt or generate fewer tokens")
         if temperature < 0:
             raise ValueError(f"temperature={temperature} must be >= 0 (0 = greedy)")
-        idx = idx.to(self.lm_head.weight.device)
+        device = self.lm_head.weight.device
+        idx = idx.to(device)
         # the last sampled token is never fed back, so the cache needs one slot less than the output
         caches = self.new_caches(T + max_new_tokens - 1) if use_cache and max_new_tokens > 1 else None
-        x = idx  # what the next forward reads: the prompt, then the newest token (cache) or everything
-        for _ in range(max_new_tokens):
-            logits = self(x, caches=caches)[0][:, -1]  # (B, V), float32
+        step = self.decoder(device.type == "cuda" if compile is None else compile)
+        for i in range(max_new_tokens):
+            if caches is None:
+                logits = self(idx)[0][:, -1]  # (B, V), float32
+            elif i == 0:
+                logits = self(idx, caches=caches)[0][:, -1]  # the prefill, eager (its shape varies)
+            else:
+                logits = step(nxt, caches=caches, pos=torch.tensor([T + i - 1], device=device))[0][:, -1]
             if temperature == 0:
                 nxt = logits.argmax(dim=-1, keepdim=True)  # (B, 1)
             else:
@@ -177,10 +198,17 @@ class GPT(nn.Module):
                 probs = logits.softmax(dim=-1)
                 if generator is not None:  # draw where the generator lives, so a seed means one thing
                     probs = probs.to(generator.device)
-                nxt = torch.multinomial(probs, 1, generator=generator).to(idx.device)  # (B, 1)
+                nxt = torch.multinomial(probs, 1, generator=generator).to(device)  # (B, 1)
             idx = torch.cat([idx, nxt], dim=1)
-            x = nxt if caches is not None else idx
         return idx
+
+    def decoder(self, compile):
+        # the module itself, or its compiled decode step (cached: compiling costs seconds to minutes)
+        if not compile:
+            return self
+        if "_decoder" not in self.__dict__:  # kept off nn.Module's books: it wraps self
+            self.__dict__["_decoder"] = torch.compile(self, fullgraph=True)
+        return self.__dict__["_decoder"]
 
 
 # The paper's configurations (SPEC §4; Tables 5-7, 2.5B with the 36 layers its own numbers imply),

@@ -27,6 +27,25 @@ def prompt(cfg, B=2, T=5):
     return torch.randint(0, cfg.vocab_size, (B, T), generator=torch.Generator().manual_seed(1))
 
 
+@pytest.mark.parametrize("attn, kw", [(a, {}) for a in DESIGNS] + [("mla", dict(mla_deepseek=True))])
+def test_compiled_decode_is_one_graph_equal_to_eager(attn, kw):
+    from torch._dynamo.utils import counters
+    torch._dynamo.reset()
+    counters.clear()
+    model = randomized(tiny(attn, n_layer=1, **kw))
+    idx = prompt(model.cfg)
+    compiled = model.generate(idx, 8, temperature=0, compile=True)
+    assert counters["stats"]["unique_graphs"] == 1  # 7 decode steps at positions 5..11: one graph
+    assert torch.equal(compiled, model.generate(idx, 8, temperature=0, use_cache=False))
+    # and one step's logits: compiled against eager, from the same prefilled cache
+    caches = [model.new_caches(12), model.new_caches(12)]
+    steps = []
+    for run, c in zip((model.decoder(True), model), caches):
+        model(idx, caches=c)
+        steps.append(run(idx[:, 2:3].contiguous(), caches=c, pos=torch.tensor([5]))[0])
+    torch.testing.assert_close(steps[0], steps[1], rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("attn", DESIGNS)
 def test_greedy_with_cache_equals_without(attn):
     cfg = tiny(attn)
