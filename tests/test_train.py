@@ -244,3 +244,19 @@ def test_checkpoint_problems_lose_nothing(tmp_path):
     data = ckpt.read_bytes()
     ckpt.write_bytes(data[:len(data) // 2])
     one_line_error(train(tmp_path, "--run_name=r", "--resume", check=False), "truncated")
+
+
+def test_reproduce_sh_interrupted_and_run_again_finishes(tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "OUT": str(tmp_path / "repro"), "PYTHON": sys.executable,
+           "MPLBACKEND": "Agg", "DESIGNS": "mha gqa"}
+    cmd = ["bash", os.path.join(ROOT, "reproduce.sh"), f"--data_dir={DATA}", *TINY, "--max_iters=4",
+           "--eval_interval=2", "--ckpt_interval=3"]
+    p = subprocess.run(cmd, env={**env, "NANOKV_FAULT": "log:1"}, capture_output=True, text=True)
+    assert p.returncode != 0 and os.listdir(tmp_path / "repro") == ["cpu_mha_s0"]  # killed in its first run
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert sorted(os.listdir(tmp_path / "repro")) == [
+        "cpu_gqa_s0", "cpu_mha_s0", "figure_tokens.pdf", "figure_tokens.png", "results.md"]
+    for run in ("cpu_mha_s0", "cpu_gqa_s0"):
+        _, steps = read_log(tmp_path / "repro" / run / "log.jsonl")
+        assert [s["step"] for s in steps] == [0, 1, 2, 3, 4]
