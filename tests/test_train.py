@@ -131,6 +131,10 @@ def test_resume_restores_the_rng_state(tmp_path):
     torch.save(ckpt, path)
     train(tmp_path, "--max_iters=3", "--run_name=r", "--resume")
     assert torch.equal(torch.load(path, weights_only=False)["rng"]["torch"], ckpt["rng"]["torch"])
+    # eval.py takes the weights and leaves the optimiser state unread
+    import eval as ev
+    model, info = ev.load_model(str(path))
+    assert info["step"] == 3 and not {"model", "optims"} & info.keys()
 
 
 def test_fp16_trains_and_skips_an_inf_gradient_step(tmp_path):
