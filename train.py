@@ -198,6 +198,10 @@ except ValueError as e:
 if mcfg.vocab_size < tok.vocab_size:
     fail(f"vocab_size={mcfg.vocab_size} is smaller than the {tokenizer} tokenizer's {tok.vocab_size}")
 T = mcfg.block_size
+for name, split in (("training", train_data), ("held-out", val_data)):
+    if min(map(len, split if isinstance(split, list) else [split])) <= T:
+        fail(f"{dataset_dir} has a {name} file shorter than one window of block_size+1 = {T + 1} tokens; "
+             f"give it more text (or a larger --val_frac), or a smaller --block_size")
 if total_batch_tokens % (batch_size * T * world):
     fail(f"total_batch_tokens={total_batch_tokens} must be a multiple of batch_size·block_size·ranks "
          f"= {batch_size}·{T}·{world}; change --batch_size or --total_batch_tokens")

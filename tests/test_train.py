@@ -264,3 +264,17 @@ def test_reproduce_sh_interrupted_and_run_again_finishes(tmp_path):
     for run in ("cpu_mha_s0", "cpu_gqa_s0"):
         _, steps = read_log(tmp_path / "repro" / run / "log.jsonl")
         assert [s["step"] for s in steps] == [0, 1, 2, 3, 4]
+
+
+def test_trains_on_your_own_text(tmp_path):
+    for i in range(10):
+        (tmp_path / f"{i}.txt").write_text(f"Document {i}. " + "All the world's a stage. " * 10)
+    data = tmp_path / "data"
+    one_line_error(train(tmp_path, "--dataset=mine", f"--data_dir={data}", check=False),
+                   f"python prepare.py text --input=YOUR_FILES --name=mine --tokenizer=byte --data_dir={data}")
+    subprocess.run([sys.executable, "prepare.py", "text", f"--input={tmp_path}/*.txt", "--name=mine",
+                    f"--data_dir={data}"], cwd=ROOT, check=True, capture_output=True)
+    p = train(tmp_path, "--dataset=mine", f"--data_dir={data}", "--max_iters=12", "--run_name=r")
+    assert "more than once" in p.stderr  # 12 steps of 256 tokens from 9 documents of ~265 bytes
+    header, steps = read_log(tmp_path / "r" / "log.jsonl")
+    assert header["config"]["dataset"] == "mine" and steps[-1]["step"] == 12 and steps[-1]["test_loss"] > 0
