@@ -197,7 +197,9 @@ def test_two_ranks_match_one(tmp_path, optimizer, tol):
     # the same global batch, as 2 micro-steps on one process or 1 on each of two gloo ranks.
     # Float rounding differs in the last bit between the two; Muon's orthogonalisation blows such
     # bits up in the near-zero directions of early gradients (2e-5 by step 6), hence its looser bound
-    args = ["--attn=gqa", "--max_iters=6", "--eval_interval=3", "--batch_size=2", f"--optimizer={optimizer}"]
+    # --ckpt_minutes: a checkpoint every step, decided by rank 0's clock, must not hang the other rank
+    args = ["--attn=gqa", "--max_iters=6", "--eval_interval=3", "--batch_size=2", f"--optimizer={optimizer}",
+            "--ckpt_minutes=1e-6"]
     train(tmp_path, *args, "--run_name=one")
     torchrun = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2")
     train(tmp_path, *args, "--run_name=two", launcher=torchrun)
@@ -208,6 +210,9 @@ def test_two_ranks_match_one(tmp_path, optimizer, tol):
         a, b = curve(one, key), curve(two, key)
         assert a.keys() == b.keys() and len(a) >= 3
         assert all(abs(a[k] - b[k]) < tol for k in a), (key, a, b)
+    if optimizer == "adamw":  # a resume on two ranks: both load the checkpoint, rank 0 tells which steps are logged
+        train(tmp_path, *args, "--run_name=two", "--resume", "--max_iters=8", launcher=torchrun)
+        assert [s["step"] for s in read_log(tmp_path / "two" / "log.jsonl")[1]] == list(range(9))
 
 
 def one_line_error(p, *words):
