@@ -39,10 +39,10 @@ out_dir = "out"  # runs go to out_dir/run_name/
 run_name = ""  # default: {preset}_{attn}_s{seed}; not --run, which torchrun takes for its --run_path
 resume = False  # continue the run in out_dir/run_name from its checkpoint (or from step 0 if it has none)
 preset = "cpu"  # model shape from model.PRESETS; the model fields below override it
-attn = "mha"  # the KV-cache design: mha, gqa, mqa, mla or lrkv
+attn = "mha"
 n_layer = n_head = n_embd = block_size = vocab_size = 0  # 0 = the preset's (vocab: the data's, padded)
 n_kv_head = lrkv_rank = mla_kv_rank = mla_rope_dim = mla_q_rank = 0
-data_dir = "data"  # prepared data is read from data_dir/<dataset>_<tokenizer>/
+data_dir = "data"
 dataset = "shakespeare"  # shakespeare (embedded, prepared on first use), fineweb, or your own (prepare.py text)
 tokenizer = "byte"  # byte for CPU runs, gpt2 for real ones
 batch_size = 16  # sequences per rank per micro-step
