@@ -123,7 +123,7 @@ def test_resume_at_or_past_max_iters_stops(tmp_path, uninterrupted):
 
 def test_resume_restores_the_rng_state(tmp_path):
     # training draws no random numbers, so the state a resumed run ends with is the one it loaded
-    train(tmp_path, "--max_iters=2", "--run_name=r")
+    train(tmp_path, "--max_iters=2", "--run_name=r", "--device=cpu")
     path = tmp_path / "r" / "ckpt.pt"
     ckpt = torch.load(path, weights_only=False)
     assert ckpt["rng"]["torch"].dtype == torch.uint8 and ckpt["rng"]["torch"].device.type == "cpu"
@@ -163,12 +163,12 @@ def test_help_lists_every_field():
     assert "--batch_size=16  sequences per rank per micro-step" in p.stdout
 
 
-def test_device_flag(tmp_path):
-    train(tmp_path, "--device=cpu", "--max_iters=1", "--run_name=cpu")
+def test_device_dtype_and_compile_flags(tmp_path):
+    # --device=cpu is accepted: test_resume_restores_the_rng_state trains with it
     one_line_error(train(tmp_path, "--device=gpu", check=False), "--device='gpu'", "cuda:N")
     one_line_error(train(tmp_path, "--compile=maybe", check=False), "True, False or auto")
     one_line_error(train(tmp_path, "--dtype=fp8", check=False), "fp16")
-    if not __import__("torch").cuda.is_available():
+    if not torch.cuda.is_available():
         one_line_error(train(tmp_path, "--device=cuda:1", check=False), "no CUDA GPU")
 
 
