@@ -280,17 +280,21 @@ def save_checkpoint(step):
 
 
 def read_log(path):
-    """The whole lines of a log; a line cut by a kill is dropped (from the file too, atomically),
-    so that the next line appended starts on a line of its own."""
-    with open(path, encoding="utf-8", errors="replace") as f:
-        text = f.read()
-    lines = text.splitlines(keepends=True)
-    if lines and not lines[-1].endswith("\n"):
-        lines.pop()
+    """The records of a log's whole lines; a line cut by a kill is dropped (from the file too,
+    atomically), so that the next line appended starts on a line of its own."""
+    with open(path, encoding="utf-8") as f:
+        whole, _, cut = f.read().rpartition("\n")
+    if cut:
         with open(path + ".tmp", "w", encoding="utf-8") as f:
-            f.writelines(lines)
+            f.write(whole + "\n" if whole else "")
         os.replace(path + ".tmp", path)
-    return [json.loads(line) for line in lines]
+    records = []
+    for line in whole.split("\n") if whole else []:
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            pass  # spoilt by an older version, which appended after a cut line; plot.py skips it too
+    return records
 
 
 log_path, ckpt_path = os.path.join(run_dir, "log.jsonl"), os.path.join(run_dir, "ckpt.pt")
