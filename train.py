@@ -257,10 +257,9 @@ def get_batch(step):
     return [(xy[i, :, :-1], xy[i, :, 1:]) for i in range(grad_accum)]
 
 
-# test hook (tests/test_train.py): NANOKV_FAULT=what:step. what = log, eval or ckpt kills this
-# process, as a power cut would, half-way through writing step's log line, during its evaluation
-# or during its checkpoint write; inf_grad makes the gradients of the step after it inf, as an fp16
-# overflow would
+# test hook (tests/test_train.py): NANOKV_FAULT=what:N. log, eval or ckpt kill this process, as a
+# power cut would, half-way through writing step N's log line, during its evaluation or during its
+# checkpoint write; inf_grad makes the gradients of the step from N to N+1 inf, as an fp16 overflow would
 FAULT = os.environ.get("NANOKV_FAULT", "")
 
 
