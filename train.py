@@ -319,7 +319,8 @@ if resume and os.path.exists(ckpt_path):
     start = ckpt["step"]
     torch.set_rng_state(ckpt["rng"]["torch"])
     if cuda and ckpt["rng"].get("cuda") is not None:
-        torch.cuda.set_rng_state(ckpt["rng"]["cuda"], device)
+        state = ckpt["rng"]["cuda"]  # older checkpoints hold a list, one state per visible GPU
+        torch.cuda.set_rng_state(state[torch.device(device).index or 0] if isinstance(state, list) else state, device)
     old = ckpt["train_config"]
     del ckpt  # no second copy of the weights for the rest of the run
     if start > max_iters:
