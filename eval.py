@@ -55,13 +55,16 @@ def evaluate(model, val, T, batch_size, eval_tokens, token_bytes, device, rank=0
 
 
 def load_model(path, device="cpu"):
-    """(model, checkpoint dict) from a train.py checkpoint, or a one-line error."""
+    """(model on device, the checkpoint's other fields but its weights and optimiser state) from a
+    train.py checkpoint, or a one-line error. Memory-mapped on the CPU: the optimiser state, often
+    twice the weights, is never read, and only the model goes to the device."""
     if not os.path.exists(path):
         sys.exit(f"error: no checkpoint at {path}; train one with `python train.py`")
     try:
-        ckpt = torch.load(path, map_location=device, weights_only=False)
+        ckpt = torch.load(path, map_location="cpu", mmap=True, weights_only=False)
         model = GPT(GPTConfig(**ckpt["model_config"]))
-        model.load_state_dict(ckpt["model"])
+        model.load_state_dict(ckpt.pop("model"))
+        ckpt.pop("optims", None)
     except Exception as e:
         sys.exit(f"error: {path} is not a readable nanoKV checkpoint ({type(e).__name__}: "
                  f"{str(e).splitlines()[0][:120]}); restore it or train again")

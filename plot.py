@@ -4,16 +4,20 @@ test cross-entropy loss against training tokens (bottom axis) and cumulative tra
 (top axis), one line per attention design, seeds averaged with a min-max band. Also prints a
 results table with the paper's metric: how much sooner each design reaches MHA's final loss.
 
-It reads only the out/<run>/log.jsonl files that train.py writes; it never imports torch.
+It reads only the <dir>/<run>/log.jsonl files that train.py writes; it never imports torch. The
+runs must be one experiment (the same shape, data, steps and batch; per design the same settings);
+it names any run that is not and stops, rather than average it in as a seed. It writes
+figure_tokens.png/.pdf (figure_flops with --x=flops) and results.md into the folder of the runs.
 
 python plot.py                                   # every out/*/log.jsonl
-python plot.py out/sweep --x=flops --paper --seeds
+python plot.py out/reproduce --x=flops --paper --seeds
 """
 import os
 import sys
 import json
 import glob
 import argparse
+from collections import Counter
 
 import numpy as np
 import matplotlib
@@ -33,9 +37,10 @@ STYLE = {
 PAPER_FINAL = {"mha": 2.740, "lrkv": 2.665, "mla": 2.714, "gqa": 2.704, "mqa": 2.728}
 PAPER_TOKENS = 50e9
 PAPER_SHAPE = {"n_layer": 24, "n_head": 12, "n_embd": 1536, "block_size": 8192}
-# runs are only comparable if these match (across designs) and these (across seeds of a design)
-SHAPE_KEYS = ["n_layer", "n_head", "n_embd", "block_size", "dataset"]
-DESIGN_KEYS = ["n_kv_head", "lrkv_rank", "mla_kv_rank", "mla_rope_dim"]
+# one experiment: these match across all runs, and these across the runs (seeds) of a design
+SHAPE_KEYS = ["n_layer", "n_head", "n_embd", "block_size", "vocab_size", "attn_scale", "dataset", "tokenizer",
+              "max_iters", "total_batch_tokens"]
+DESIGN_KEYS = ["n_kv_head", "lrkv_rank", "mla_kv_rank", "mla_rope_dim", "mla_q_rank", "mla_deepseek"]
 TOKEN_UNITS = [(1e9, "Billions"), (1e6, "Millions"), (1e3, "Thousands")]
 FLOP_UNITS = [(1e18, "ExaFLOPs"), (1e15, "PetaFLOPs"), (1e12, "TeraFLOPs"), (1e9, "GigaFLOPs")]
 
@@ -197,15 +202,25 @@ def summarize(runs):
     return rows
 
 
-def check_comparable(runs):
-    """Warn when the runs are not the same experiment, which makes the comparison meaningless."""
-    shapes = {tuple(r["config"].get(k) for k in SHAPE_KEYS) for r in runs}
-    if len(shapes) > 1:
-        warn(f"runs differ in {'/'.join(SHAPE_KEYS)}: {sorted(map(str, shapes))}; pass DIRS to pick one set")
+def odd_runs(runs):
+    """'name (how it differs)' for every run outside the experiment that most runs are: another
+    shape, data, length or batch than the largest group, or other settings than most of its design."""
+    odd = set()  # ids: a run holds numpy arrays, so `in` on a list of runs would compare them
+
+    def split(group, keys):
+        key = lambda r: tuple(r["config"].get(k) for k in keys)
+        common = Counter(map(key, group)).most_common(1)[0][0]
+        for r in group:
+            if key(r) != common:
+                odd.add(id(r))
+                yield r["name"] + " (" + ", ".join(f"{k}={v} not {c}" for k, v, c in zip(keys, key(r), common)
+                                                   if v != c) + ")"
+
+    why = list(split(runs, SHAPE_KEYS))
     for attn in DESIGNS:
-        cfgs = {tuple(r["config"].get(k) for k in DESIGN_KEYS) for r in runs if r["attn"] == attn}
-        if len(cfgs) > 1:
-            warn(f"{STYLE[attn][0]} runs differ in {'/'.join(DESIGN_KEYS)} but are averaged together: {sorted(map(str, cfgs))}")
+        group = [r for r in runs if r["attn"] == attn and id(r) not in odd]
+        why += list(split(group, DESIGN_KEYS)) if group else []
+    return why
 
 
 def paper_config(runs):
@@ -338,15 +353,15 @@ def table(rows, markdown=False):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description="Redraw the paper's Figure 4 from out/<run>/log.jsonl files.")
-    p.add_argument("dirs", nargs="*", help="run folders or folders of runs (default: the --out folder)")
-    p.add_argument("--out", default="out", help="where figure.png, figure.pdf and results.md go")
+    p.add_argument("dirs", nargs="*", default=["out"], help="run folders or folders of runs (default: out)")
+    p.add_argument("--out", help="where the figure and results.md go (default: the first of DIRS)")
     p.add_argument("--x", choices=["tokens", "flops"], default="tokens", help="main x axis (flops: equal compute)")
     p.add_argument("--paper", action="store_true", help="mark the paper's final losses (figure's config only)")
     p.add_argument("--seeds", action="store_true", help="also draw and list every seed's own run")
     p.add_argument("--xmin", type=float, default=0.1, help="start the view at this fraction of the x range")
     args = p.parse_args(argv)
 
-    dirs = args.dirs or [args.out]
+    dirs = args.dirs
     try:
         paths = find_runs(dirs)
     except FileNotFoundError as e:
@@ -368,7 +383,11 @@ def main(argv=None):
     for msg in skipped:
         warn(f"skipping {msg}")
 
-    check_comparable(runs)
+    odd = odd_runs(runs)
+    if odd:
+        print(f"plot.py: not one experiment, so not averaged: {'; '.join(odd)}; move these runs to a "
+              f"folder of their own and plot each folder", file=sys.stderr)
+        return 2
     rows = summarize(runs)
     paper = False
     if args.paper:
@@ -395,15 +414,16 @@ def main(argv=None):
     print(table(rows))
     print("\n".join(notes))
 
-    png, pdf, md = (os.path.join(args.out, f) for f in ("figure.png", "figure.pdf", "results.md"))
+    out = args.out or (dirs[0] if os.path.isdir(dirs[0]) else os.path.dirname(dirs[0]))  # beside the logs
+    png, pdf, md = (os.path.join(out, f) for f in (f"figure_{args.x}.png", f"figure_{args.x}.pdf", "results.md"))
     try:
-        os.makedirs(args.out, exist_ok=True)
+        os.makedirs(out, exist_ok=True)
         fig.savefig(png, dpi=150)
         fig.savefig(pdf)
         with open(md, "w") as f:
             f.write("# Results\n\n" + table(rows, markdown=True) + "\n\n" + "\n".join(f"- {n}" for n in notes) + "\n")
     except OSError as e:
-        print(f"plot.py: cannot write to {args.out}: {e}", file=sys.stderr)
+        print(f"plot.py: cannot write to {out}: {e}", file=sys.stderr)
         return 2
     plt.close(fig)
     print(f"wrote {png}, {pdf} and {md}")

