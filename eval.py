@@ -103,7 +103,7 @@ def check_context(T, cfg):
 
 
 @torch.no_grad()
-def kv_table(cfg, T, batch=1, dtype=torch.float32, device="cpu", gqa_kv_heads=0):
+def kv_table(cfg, T, batch=1, dtype=torch.float32, device="cpu", gqa_kv_heads=None):
     """Per design: the bytes its caches hold after a prefill of T tokens (allocated, summed over
     layers), next to flops.kv_cache_bytes_per_token × T at the same element size."""
     check_context(T, cfg)
@@ -122,11 +122,12 @@ def kv_table(cfg, T, batch=1, dtype=torch.float32, device="cpu", gqa_kv_heads=0)
 
 @torch.no_grad()
 def decode_bench(cfg, contexts, steps=30, device="cpu", dtype=torch.float32, batch=1, warmup=5,
-                 no_cache=False, gqa_kv_heads=0):
+                 no_cache=False, gqa_kv_heads=None, compile=False):
     """Decode speed of every design at cfg's shape. A step at context N feeds token N after a prefill
     of N-1, so it attends over N positions; the caches are rewound after each step, so every timed
     step sees exactly N. Within each repetition the designs run one step each, in a rotating order,
-    so a drift in machine speed hits all alike; the median step is reported.
+    so a drift in machine speed hits all alike; the median step is reported. compile: each design's
+    decode step through torch.compile (GPT.decoder; the warm-up steps pay for compiling).
     Returns {(design, N): dict(ms=per step, tok_s=, vs_mha=tok/s over MHA's[, ms_no_cache=])}."""
     for N in contexts:
         check_context(N, cfg)
@@ -143,17 +144,24 @@ def decode_bench(cfg, contexts, steps=30, device="cpu", dtype=torch.float32, bat
         return time.perf_counter() - t
 
     out = {}
+    # one graph per design and context, all from GPT.forward: past dynamo's default of 8 per function
+    with torch._dynamo.config.patch(recompile_limit=8 + len(models) * len(contexts)):
+        _decode_bench(cfg, contexts, steps, device, batch, warmup, no_cache, compile, models, timed, out)
+    return out
+
+
+def _decode_bench(cfg, contexts, steps, device, batch, warmup, no_cache, compile, models, timed, out):
     for N in contexts:
         idx = torch.randint(0, cfg.vocab_size, (batch, N), generator=torch.Generator().manual_seed(N)).to(device)
         caches = {a: m.new_caches(max_len=N) for a, m in models.items()}
         for a, m in models.items():
             m(idx[:, :N - 1], caches=caches[a])  # prefill N-1 tokens
 
+        tok, pos = idx[:, N - 1:].contiguous(), torch.tensor([N - 1], device=device)
+
         def step(a):
-            dt = timed(lambda: models[a](idx[:, N - 1:], caches=caches[a]))
-            for c in caches[a]:
-                c.n = N - 1  # rewind: the next step decodes the same position again
-            return dt
+            # the token at position N - 1, written over the same slot at every step
+            return timed(lambda: models[a].decoder(compile)(tok, caches=caches[a], pos=pos))
 
         t_step, t_full = {a: [] for a in models}, {a: [] for a in models}
         for i in range(warmup + steps):
@@ -170,7 +178,6 @@ def decode_bench(cfg, contexts, steps=30, device="cpu", dtype=torch.float32, bat
                 out[a, N]["ms_no_cache"] = 1000 * statistics.median(t_full[a])
         for a in models:
             out[a, N]["vs_mha"] = out[a, N]["tok_s"] / out["mha", N]["tok_s"]
-    return out
 
 
 # -----------------------------------------------------------------------------
@@ -263,6 +270,8 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=30, help="--decode-bench: timed steps per design and context")
     p.add_argument("--threads", type=int, default=None, help="--decode-bench: CPU threads (default torch's)")
     p.add_argument("--no-cache", action="store_true", help="--decode-bench: add the cost of a token without a cache")
+    p.add_argument("--compile", action="store_true", help="--decode-bench: time the compiled decode step "
+                   "(one graph per design and context; compiling takes seconds each)")
     p.add_argument("--heads", action="store_true", help="head diversity of the checkpoint's attention")
     args = p.parse_args(argv)
     shape_only = args.kv or args.decode_bench
@@ -274,13 +283,13 @@ def main(argv=None):
     dtype = getattr(torch, args.dtype)
     if args.preset:
         try:  # as GQA, so its n_kv_head survives; design_cfgs resolves the other four
-            cfg, gqa_kv_heads, name = preset(args.preset, attn="gqa"), 0, f"preset {args.preset}"
+            cfg, gqa_kv_heads, name = preset(args.preset, attn="gqa"), None, f"preset {args.preset}"
         except ValueError as e:
             fail(e)
     else:
         model, ckpt = load_model(args.checkpoint, args.device)
         cfg, tc, name = model.cfg, ckpt.get("train_config", {}), args.checkpoint
-        gqa_kv_heads = tc.get("n_kv_head") or PRESETS.get(tc.get("preset"), {}).get("n_kv_head", 0)
+        gqa_kv_heads = tc.get("n_kv_head") or PRESETS.get(tc.get("preset"), {}).get("n_kv_head")
     if shape_only and args.block_size:
         try:
             cfg = replace(cfg, block_size=args.block_size)
@@ -320,14 +329,14 @@ def main(argv=None):
             fail(f"--contexts: {e}")
         if args.threads:
             torch.set_num_threads(args.threads)
-        print(f"decode, batch 1, {args.dtype}; {name}: {shape(cfg)}; random weights (speed does not "
+        print(f"decode{' compiled' if args.compile else ''}, batch 1, {args.dtype}; {name}: {shape(cfg)}; random weights (speed does not "
               f"depend on them); median of {args.steps} steps after warm-up, designs interleaved")
         for device in ["cpu"] + (["cuda"] if torch.cuda.is_available() else []):
             # other processes on the cores wreck CPU timings: show the load the run started under
             where = (f"{torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.1f} at start"
                      if device == "cpu" else torch.cuda.get_device_name())
             res = decode_bench(cfg, contexts, args.steps, device, dtype, no_cache=args.no_cache,
-                               gqa_kv_heads=gqa_kv_heads)
+                               gqa_kv_heads=gqa_kv_heads, compile=args.compile)
             print(f"{device} ({where}); per context: ms/token, tokens/s, tokens/s vs MHA"
                   + (", ms/token without a cache (full forward)" if args.no_cache else ""))
             nc = args.no_cache
