@@ -13,9 +13,9 @@ two things it lacks:
   (H·d_h, r) matrix would mix heads and scale the step by √(H·d_h/r) instead of √(d_h/r).
 - sharing across ranks: under torch.distributed every rank holds the same gradients (DDP) or a
   shard of them (FSDP2), and orthogonalising every matrix on every rank repeats the optimiser's
-  most expensive part world times over. Each matrix has one owner (a balanced assignment by
-  Newton-Schulz FLOPs); the owner orthogonalises it, exactly as one process would, and broadcasts
-  the result, so the step is bit-identical to the unshared one. A sharded (DTensor) parameter's
+  most expensive part world times over. Each matrix has one owner rank, which orthogonalises it
+  exactly as one process would and broadcasts the result: the step is bit-identical to the
+  unshared one. A sharded (DTensor) parameter's
   gradient is gathered whole first, and each rank applies its own shard of the update.
 
     torchrun --standalone --nproc_per_node=2 muon.py [preset]   # time one step, shared and not
@@ -52,15 +52,6 @@ def ns_flops(rows, cols, heads=1, steps=5):
     return heads * steps * (4 * m * m * n + 2 * m * m * m)
 
 
-def owners(costs, world):
-    """Rank that orthogonalises each matrix: largest first to the least loaded rank (ties: lowest)."""
-    load, owner = [0] * world, [0] * len(costs)
-    for i in sorted(range(len(costs)), key=lambda i: -costs[i]):
-        owner[i] = min(range(world), key=lambda r: load[r])
-        load[owner[i]] += costs[i]
-    return owner
-
-
 class Muon(torch.optim.Optimizer):
     """For 2-D weights. A parameter with an attribute `heads` = H is H stacked row blocks,
     orthogonalised one by one. lr is scaled by √max(1, rows/cols) of each (block) matrix."""
@@ -72,39 +63,42 @@ class Muon(torch.optim.Optimizer):
         self.ns_dtype = ns_dtype
 
     @torch.no_grad()
-    def step(self, share=True):
-        jobs = []  # (parameter, its group, its whole momentum-smoothed gradient)
+    def step(self, closure=None, share=True):
+        jobs = []  # (parameter, its group, its momentum-smoothed gradient, sharded like the parameter)
         for group in self.param_groups:
             mu = group["momentum"]
             for p in group["params"]:
                 if p.grad is None:
                     continue
-                buf = self.state[p].setdefault("momentum_buffer", torch.zeros_like(p))  # sharded like p
+                buf = self.state[p].setdefault("momentum_buffer", torch.zeros_like(p))
                 buf.lerp_(p.grad, 1 - mu)
-                g = p.grad.lerp(buf, mu) if group["nesterov"] else buf
-                jobs.append((p, group, g.full_tensor() if isinstance(g, DTensor) else g))
+                jobs.append((p, group, p.grad.lerp(buf, mu) if group["nesterov"] else buf))
         shared = share and dist.is_initialized() and dist.get_world_size() > 1
         rank, world = (dist.get_rank(), dist.get_world_size()) if shared else (0, 1)
-        owner = owners([ns_flops(*p.shape, getattr(p, "heads", 1)) for p, _, _ in jobs], world)
-        updates = []
-        for (p, group, g), o in zip(jobs, owner):
-            H = getattr(p, "heads", 1)
-            if o == rank:
-                u = orthogonalise(g.view(H, -1, g.size(1)), group["ns_steps"], self.ns_dtype)
-                u = u.reshape(g.shape).contiguous()  # a tall matrix's is a transposed view: not sendable
-            else:
-                u = torch.empty(g.shape, dtype=self.ns_dtype, device=g.device)
-            updates.append(u)
-        if shared:  # in the same order on every rank
-            for w in [dist.broadcast(u, o, async_op=True) for u, o in zip(updates, owner)]:
-                w.wait()
-        for (p, group, g), u in zip(jobs, updates):
-            if isinstance(p, DTensor):  # this rank's shard of the whole update: a local slice, no traffic
-                u = DTensor.from_local(u, p.device_mesh, [Replicate()], run_check=False).redistribute(
-                    p.device_mesh, p.placements)
-            lr, H = group["lr"], getattr(p, "heads", 1)
-            p.mul_(1 - lr * group["weight_decay"])
-            p.add_(u, alpha=-lr * math.sqrt(max(1.0, g.size(0) / H / g.size(1))))
+        # largest first, `world` matrices at a time, the k-th of each chunk orthogonalised by rank k:
+        # same-shape matrices fall into the same chunks, which balances the ranks' work; and only one
+        # chunk of whole (gathered) matrices is held at a time, which keeps FSDP2's memory sharded
+        jobs.sort(key=lambda j: -ns_flops(*j[0].shape, getattr(j[0], "heads", 1)))  # stable: the same order on every rank
+        for c in range(0, len(jobs), world):
+            chunk = [(p, group, g.full_tensor() if isinstance(g, DTensor) else g) for p, group, g in jobs[c:c + world]]
+            updates = []
+            for k, (p, group, g) in enumerate(chunk):
+                if k == rank:
+                    u = orthogonalise(g.view(getattr(p, "heads", 1), -1, g.size(1)), group["ns_steps"], self.ns_dtype)
+                    u = u.reshape(g.shape).contiguous()  # a tall matrix's is a transposed view: not sendable
+                else:
+                    u = torch.empty(g.shape, dtype=self.ns_dtype, device=g.device)
+                updates.append(u)
+            if shared:
+                for w in [dist.broadcast(u, k, async_op=True) for k, u in enumerate(updates)]:
+                    w.wait()
+            for (p, group, g), u in zip(chunk, updates):
+                if isinstance(p, DTensor):  # this rank's shard of the whole update: a local slice, no traffic
+                    u = DTensor.from_local(u, p.device_mesh, [Replicate()], run_check=False).redistribute(
+                        p.device_mesh, p.placements)
+                lr, H = group["lr"], getattr(p, "heads", 1)
+                p.mul_(1 - lr * group["weight_decay"])
+                p.add_(u, alpha=-lr * math.sqrt(max(1.0, g.size(0) / H / g.size(1))))
 
 
 def optimizers(model, matrix_lr, embed_lr, head_lr, weight_decay, betas, ns_dtype):

@@ -9,7 +9,7 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from muon import Muon, owners  # noqa: E402
+from muon import Muon  # noqa: E402
 
 SHAPES = [(64, 32), (32, 96), (48, 48), (8, 8), (24, 6)]  # the last: 4 head blocks of (6, 6)
 
@@ -59,11 +59,6 @@ def worker():
             assert f.to_local().numel() < a.numel() and torch.equal(a, f.full_tensor()), "FSDP2 Muon differs"
     print(f"rank {dist.get_rank()} ok")
     dist.destroy_process_group()
-
-
-def test_owners_balance_the_work():
-    assert owners([5, 1, 1, 1, 1, 1], 2) == [0, 1, 1, 1, 1, 1]
-    assert owners([3, 3, 2, 2], 2) == [0, 1, 0, 1] and owners([3, 3], 1) == [0, 0]
 
 
 def test_two_ranks_step_exactly_as_one():
