@@ -64,15 +64,7 @@ class Muon(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None, share=True):
-        jobs = []  # (parameter, its group, its momentum-smoothed gradient, sharded like the parameter)
-        for group in self.param_groups:
-            mu = group["momentum"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                buf = self.state[p].setdefault("momentum_buffer", torch.zeros_like(p))
-                buf.lerp_(p.grad, 1 - mu)
-                jobs.append((p, group, p.grad.lerp(buf, mu) if group["nesterov"] else buf))
+        jobs = [(p, group) for group in self.param_groups for p in group["params"] if p.grad is not None]
         shared = share and dist.is_initialized() and dist.get_world_size() > 1
         rank, world = (dist.get_rank(), dist.get_world_size()) if shared else (0, 1)
         # largest first, `world` matrices at a time, the k-th of each chunk orthogonalised by rank k:
@@ -80,25 +72,29 @@ class Muon(torch.optim.Optimizer):
         # chunk of whole (gathered) matrices is held at a time, which keeps FSDP2's memory sharded
         jobs.sort(key=lambda j: -ns_flops(*j[0].shape, getattr(j[0], "heads", 1)))  # stable: the same order on every rank
         for c in range(0, len(jobs), world):
-            chunk = [(p, group, g.full_tensor() if isinstance(g, DTensor) else g) for p, group, g in jobs[c:c + world]]
-            updates = []
-            for k, (p, group, g) in enumerate(chunk):
+            chunk, updates = [], []
+            for k, (p, group) in enumerate(jobs[c:c + world]):
+                buf = self.state[p].setdefault("momentum_buffer", torch.zeros_like(p))  # sharded like p
+                buf.lerp_(p.grad, 1 - group["momentum"])
+                g = p.grad.lerp(buf, group["momentum"]) if group["nesterov"] else buf
+                g = g.full_tensor() if isinstance(g, DTensor) else g  # whole: orthogonalisation is not elementwise
                 if k == rank:
                     u = orthogonalise(g.view(getattr(p, "heads", 1), -1, g.size(1)), group["ns_steps"], self.ns_dtype)
                     u = u.reshape(g.shape).contiguous()  # a tall matrix's is a transposed view: not sendable
                 else:
                     u = torch.empty(g.shape, dtype=self.ns_dtype, device=g.device)
+                chunk.append((p, group, g.shape))
                 updates.append(u)
             if shared:
                 for w in [dist.broadcast(u, k, async_op=True) for k, u in enumerate(updates)]:
                     w.wait()
-            for (p, group, g), u in zip(chunk, updates):
+            for (p, group, (rows, cols)), u in zip(chunk, updates):
                 if isinstance(p, DTensor):  # this rank's shard of the whole update: a local slice, no traffic
                     u = DTensor.from_local(u, p.device_mesh, [Replicate()], run_check=False).redistribute(
                         p.device_mesh, p.placements)
                 lr, H = group["lr"], getattr(p, "heads", 1)
                 p.mul_(1 - lr * group["weight_decay"])
-                p.add_(u, alpha=-lr * math.sqrt(max(1.0, g.size(0) / H / g.size(1))))
+                p.add_(u, alpha=-lr * math.sqrt(max(1.0, rows / H / cols)))
 
 
 def optimizers(model, matrix_lr, embed_lr, head_lr, weight_decay, betas, ns_dtype):
