@@ -134,6 +134,17 @@ def memory_table(name, world=8):
     return rows
 
 
+# dense bf16 tensor-core peaks (FLOP/s); the first name contained in the device's wins: an H100 SXM
+# (named like "NVIDIA H100 80GB HBM3") is 989, its PCIe and NVL versions are slower
+PEAK_FLOPS = {"H100 PCIe": 756e12, "H100 NVL": 835e12, "H200 NVL": 835e12, "H100": 989e12, "H200": 989e12,
+              "A100": 312e12, "L40S": 362e12, "A10G": 125e12, "RTX 4090": 165e12, "RTX 3090": 71e12}
+
+
+def peak_flops(device_name):
+    """For MFU: the peak of a GPU named like torch.cuda.get_device_name's answer, or None."""
+    return next((v for k, v in PEAK_FLOPS.items() if k in device_name), None)
+
+
 def setting(cfg):
     """A design's own knob, for tables: K/V heads, MLA's d_c or LRKV's r."""
     mla = f"d_c={cfg.mla_kv_rank}" + (",ds" if cfg.mla_deepseek else "")

@@ -449,12 +449,8 @@ if ddp and not fsdp:  # gradients live in DDP's buckets (no second copy); no buf
     train_model = DDP(train_model, device_ids=[local_rank] if cuda else None, gradient_as_bucket_view=True,
                       broadcast_buffers=False)
 
-# dense bf16 tensor-core peaks, the first name contained in the device's wins: H100 SXM (its name has
-# no "SXM", e.g. "NVIDIA H100 80GB HBM3") is 989, its PCIe and NVL versions are slower
-PEAK_FLOPS = {"H100 PCIe": 756e12, "H100 NVL": 835e12, "H200 NVL": 835e12, "H100": 989e12, "H200": 989e12,
-              "A100": 312e12, "L40S": 362e12, "A10G": 125e12, "RTX 4090": 165e12, "RTX 3090": 71e12}
 device_name = torch.cuda.get_device_name(device) if cuda else "cpu"
-peak = next((v for k, v in PEAK_FLOPS.items() if k in device_name), None)
+peak = flops.peak_flops(device_name)
 
 
 def write_log(record):

@@ -59,3 +59,9 @@ def test_activation_checkpointing_same_loss_and_grads(tmp_path, data_dir):
         train(tmp_path, "--max_iters=3", "--eval_interval=3", f"--run_name=r{len(flag)}", *flag)
     a, b = (read_log(tmp_path / f"r{i}" / "log.jsonl")[1] for i in (0, 1))
     assert curve(a, "train_loss") == curve(b, "train_loss") and len(curve(a, "train_loss")) == 3
+
+
+def test_mfu_peaks_tell_h100_versions_apart():
+    assert flops.peak_flops("NVIDIA H100 80GB HBM3") == flops.peak_flops("NVIDIA H200") == 989e12  # SXM
+    assert flops.peak_flops("NVIDIA H100 PCIe") == 756e12 and flops.peak_flops("NVIDIA H100 NVL") == 835e12
+    assert flops.peak_flops("cpu") is None
