@@ -7,7 +7,8 @@ Train a GPT with the attention chosen by --attn, log test loss against tokens an
 
 Config files are Python files that assign the fields below; --key=value overrides them;
 `python train.py --help` lists them. Every run writes out_dir/run/log.jsonl (a header, then a line
-per log step) and ckpt.pt. A run killed at any moment is finished by the same command with --resume.
+per log step) and ckpt.pt (with --fsdp: ckpt_STEP/, a shard per rank). A run killed at any moment
+is finished by the same command with --resume.
 """
 import ast
 import contextlib
@@ -334,11 +335,9 @@ def save_checkpoint(step):
             torch.save(meta, os.path.join(folder, "meta.pt.tmp"))
             maybe_die("ckpt", step)
             os.replace(os.path.join(folder, "meta.pt.tmp"), os.path.join(folder, "meta.pt"))  # now it counts
-            for old in dcp_checkpoints()[:-1]:
-                shutil.rmtree(old)
-            for cut in set(os.listdir(run_dir)) - {os.path.basename(d) for d in dcp_checkpoints()}:
-                if re.fullmatch(r"ckpt_\d+", cut):
-                    shutil.rmtree(os.path.join(run_dir, cut))
+            for d in os.listdir(run_dir):  # older ones, and any cut write
+                if re.fullmatch(r"ckpt_\d+", d) and d != f"ckpt_{step}":
+                    shutil.rmtree(os.path.join(run_dir, d))
         return
     if not master:
         return
@@ -519,7 +518,7 @@ while True:  # `step` optimiser steps are done
         check_finite()  # never log a NaN as a loss, nor checkpoint spoilt weights
     record = dict(type="step", step=step, tokens=step * total_batch_tokens,
                   flops=step * total_batch_tokens * flops_per_token)
-    if step > start:  # the step just taken
+    if syncing:  # the steps taken since the last log
         tps = total_batch_tokens / dt
         record.update(train_loss=train_loss, lr=optims[0].param_groups[0]["lr"], dt=dt, tokens_per_s=tps,
                       mfu=flops_per_token * tps / (peak * world) if peak else None)
