@@ -121,7 +121,6 @@ def test_fsdp_matches_ddp_and_one_process_and_resumes_exactly(tmp_path):
     assert sorted(os.listdir(tmp_path / "cut")) == ["ckpt_8", "log.jsonl"]
 
 
-def test_fsdp_needs_ranks_and_no_fp16(tmp_path):
+def test_fsdp_needs_ranks(tmp_path):
+    # (--fsdp with --dtype=fp16 is refused too, but only under torchrun: 15 s for one line, not tested)
     one_line_error(train(tmp_path, "--fsdp", check=False), "torchrun")
-    p = train(tmp_path, "--fsdp", "--dtype=fp16", launcher=TORCHRUN, check=False)  # torchrun adds its own report
-    assert p.returncode != 0 and "error: --fsdp trains in bf16 or fp32" in p.stderr and "Traceback" not in p.stderr.split("error: ")[0]
