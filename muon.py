@@ -1,7 +1,7 @@
 """
 Muon (Jordan et al., 2024): momentum, then the update is orthogonalised by a Newton-Schulz
 iteration. The same algorithm and defaults as torch.optim.Muon (equal to it in bf16, tested), with
-two things it lacks:
+three things it lacks:
 
 - ns_dtype: torch runs Newton-Schulz in bf16, the paper's choice and fast on GPUs. A CPU without
   bf16 instructions (AVX2 only) runs a bf16 matmul ~30x slower than fp32, which made the optimiser
@@ -15,10 +15,10 @@ two things it lacks:
   shard of them (FSDP2), and orthogonalising every matrix on every rank repeats the optimiser's
   most expensive part world times over. Each matrix has one owner rank, which orthogonalises it
   exactly as one process would and broadcasts the result: the step is bit-identical to the
-  unshared one. A sharded (DTensor) parameter's
-  gradient is gathered whole first, and each rank applies its own shard of the update.
+  unshared one. A sharded (DTensor) parameter's gradient is gathered whole first, and each rank
+  applies its own shard of the update.
 
-    torchrun --standalone --nproc_per_node=2 muon.py [preset]   # time one step, shared and not
+    torchrun --standalone --nproc_per_node=2 muon.py [preset]   # median Muon step, shared and not
 """
 import math
 import sys
