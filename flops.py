@@ -3,7 +3,10 @@ Parameters, training FLOPs and KV-cache bytes of each design, from formulas (SPE
 The tests check every number here against the built model and torch's FLOP counter.
 
     python flops.py [preset]      # table of the five designs; default: the figure's 512m-8k
+                                  # and their memory per GPU, DDP vs FSDP2 on 8 GPUs
 """
+import os
+import runpy
 import sys
 
 from model import PRESETS, preset
@@ -84,6 +87,64 @@ def kv_cache_bytes_per_token(cfg, bytes_per_elem=2):
     return cfg.n_layer * kv_cache_elems_per_token(cfg) * bytes_per_elem
 
 
+def activation_bytes_per_token(cfg, checkpointing=False):
+    """Bytes autograd keeps per token of a micro-batch, under bf16 autocast: 64·d per layer (the
+    five designs' blocks save 52-65·d, measured with saved_tensors_hooks at d = 256: the fp32
+    residual, bf16 normed inputs, q, k, v, the attention output, and the MLP's 4·d-wide hidden,
+    ReLU² and its input), 12·d for the embedding and final norm, and 12·V for the logits (bf16,
+    their fp32 copy, the log-softmax and its gradient). With activation checkpointing each block
+    keeps only its fp32 input (4·d), and one block at a time is recomputed (64·d)."""
+    d = cfg.n_embd
+    blocks = cfg.n_layer * 4 * d + 64 * d if checkpointing else cfg.n_layer * 64 * d
+    return blocks + 12 * d + 12 * cfg.vocab_size
+
+
+def memory_per_gpu(cfg, batch_size, world, fsdp, checkpointing=False):
+    """Estimated peak bytes on each GPU of a train.py run (Muon + AdamW, bf16 autocast).
+    DDP, every rank whole: fp32 weights 4P, fp32 gradients 4P (DDP's buckets are the gradients:
+    gradient_as_bucket_view), Muon's momentum 4M (M: the hidden matrices), AdamW's two states 8A
+    (A: embedding, head, gains), and the bf16 copies of the weights that autocast makes and the
+    matmuls keep for backward, 2P. FSDP2: the first four divided by the world size; no autocast
+    copies, but bf16 gathers of two blocks (the one computing and the one prefetched) and of the
+    embedding and head (the root's weights stay gathered), one block's fp32 gradient before its
+    reduce-scatter, and Muon's chunk of `world` whole matrices (fp32 gradient and update).
+    Plus activations: batch_size · block_size · activation_bytes_per_token."""
+    P, d, V = params(cfg), cfg.n_embd, cfg.vocab_size
+    A = 2 * V * d + cfg.n_layer * norm_params_per_layer(cfg)
+    M, block = P - A, (P - A) // cfg.n_layer  # hidden matrices; one block's
+    states = 4 * P + 4 * P + 4 * M + 8 * A
+    if fsdp:
+        largest = max(4 * d * d, block // 8)  # the MLP's 4d x d matrix, or any larger one
+        weights = states / world + 2 * (2 * block + 2 * V * d) + 4 * block + world * 8 * largest
+    else:
+        weights = states + 2 * P
+    return weights + batch_size * cfg.block_size * activation_bytes_per_token(cfg, checkpointing)
+
+
+def memory_table(name, world=8):
+    """GiB per GPU of each design at a preset's config batch (config/<name>.py), DDP and FSDP2."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "config", name.replace("-", "_") + ".py")
+    batch = runpy.run_path(path).get("batch_size", 1) if os.path.exists(path) else 1
+    rows = [f"memory per GPU at batch_size={batch} x {preset(name).block_size} tokens, {world} GPUs (GiB, estimate):",
+            f"{'design':6} {'DDP':>7} {'FSDP2':>7} {'DDP+ckpt':>9} {'FSDP2+ckpt':>10}"]
+    for a in DESIGNS:
+        cfg = preset(name, attn=a)
+        gib = [memory_per_gpu(cfg, batch, world, f, c) / 2**30 for c in (False, True) for f in (False, True)]
+        rows.append(f"{a:6} {gib[0]:7.1f} {gib[1]:7.1f} {gib[2]:9.1f} {gib[3]:10.1f}")
+    return rows
+
+
+# dense bf16 tensor-core peaks (FLOP/s); the first name contained in the device's wins: an H100 SXM
+# (named like "NVIDIA H100 80GB HBM3") is 989, its PCIe and NVL versions are slower
+PEAK_FLOPS = {"H100 PCIe": 756e12, "H100 NVL": 835e12, "H200 NVL": 835e12, "H100": 989e12, "H200": 989e12,
+              "A100": 312e12, "L40S": 362e12, "A10G": 125e12, "RTX 4090": 165e12, "RTX 3090": 71e12}
+
+
+def peak_flops(device_name):
+    """For MFU: the peak of a GPU named like torch.cuda.get_device_name's answer, or None."""
+    return next((v for k, v in PEAK_FLOPS.items() if k in device_name), None)
+
+
 def setting(cfg):
     """A design's own knob, for tables: K/V heads, MLA's d_c or LRKV's r."""
     mla = f"d_c={cfg.mla_kv_rank}" + (",ds" if cfg.mla_deepseek else "")
@@ -114,3 +175,4 @@ if __name__ == "__main__":
     print(f"preset {name}: {c.n_layer} layers, {c.n_head} heads, d_model {c.n_embd}, "
           f"d_h {c.head_dim}, context {c.block_size}, vocab {c.vocab_size}; KV cache in bf16")
     print("\n".join(table(name)))
+    print("\n".join([""] + memory_table(name)))

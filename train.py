@@ -7,15 +7,18 @@ Train a GPT with the attention chosen by --attn, log test loss against tokens an
 
 Config files are Python files that assign the fields below; --key=value overrides them;
 `python train.py --help` lists them. Every run writes out_dir/run/log.jsonl (a header, then a line
-per log step) and ckpt.pt. A run killed at any moment is finished by the same command with --resume.
+per log step) and ckpt.pt (with --fsdp: ckpt_STEP/, a shard per rank). A run killed at any moment
+is finished by the same command with --resume.
 """
 import ast
 import contextlib
 import datetime
+import functools
 import json
 import math
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,7 +28,12 @@ from dataclasses import asdict, fields
 import numpy as np
 import torch
 import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import (get_model_state_dict, get_optimizer_state_dict,
+                                                     set_model_state_dict, set_optimizer_state_dict)
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.checkpoint import checkpoint
 
 import flops
 from eval import evaluate
@@ -71,6 +79,9 @@ seed = 0  # initialisation and batch order
 device = "auto"  # auto: cuda:LOCAL_RANK if available, else cpu; or cpu, cuda, cuda:N, mps
 compile = "auto"  # auto: on for cuda
 dtype = "auto"  # autocast precision: auto = bf16 on CUDA if supported, else fp16 (with a GradScaler); fp32 on CPU
+fsdp = False  # shard weights, gradients and optimiser state across ranks (FSDP2) instead of DDP's full copies
+activation_checkpointing = False  # recompute each block's activations in backward: far less memory, ~1/3 more compute
+memory_limit_gb = 0.0  # refuse a run whose estimated memory per rank exceeds this (0: the GPU's memory; on CPU no check)
 # -----------------------------------------------------------------------------
 MODEL_FIELDS = [f.name for f in fields(GPTConfig) if f.name != "rope_base"]
 config_keys = [k for k, v in globals().items() if not k.startswith("_") and isinstance(v, (int, float, str, bool, tuple, type(None)))]
@@ -156,6 +167,8 @@ if ddp:
     dist.init_process_group("nccl" if cuda else "gloo", timeout=datetime.timedelta(hours=1))
 master = rank == 0
 log = print if master else (lambda *a, **k: None)
+if fsdp and not ddp:
+    fail("--fsdp shards the model across ranks: launch with torchrun --nproc_per_node=N (N >= 2), or drop --fsdp")
 
 
 def warn(msg):
@@ -169,6 +182,8 @@ if cuda:
     torch.backends.cudnn.allow_tf32 = True
 if dtype == "auto":  # V100s and T4s have no bf16: fp16, whose small range needs a loss scaler
     dtype = ("bf16" if torch.cuda.is_bf16_supported() else "fp16") if cuda else "fp32"
+if fsdp and dtype == "fp16":
+    fail("--fsdp trains in bf16 or fp32 (fp16's loss scaler is not sharded here); pass --dtype=bf16 or --dtype=fp32")
 device_type = device.partition(":")[0]
 autocast = (torch.autocast(device_type, dtype={"bf16": torch.bfloat16, "fp16": torch.float16}[dtype])
             if dtype != "fp32" else contextlib.nullcontext())
@@ -210,9 +225,30 @@ if total_batch_tokens % (batch_size * T * world):
     fail(f"total_batch_tokens={total_batch_tokens} must be a multiple of batch_size·block_size·ranks "
          f"= {batch_size}·{T}·{world}; change --batch_size or --total_batch_tokens")
 grad_accum = total_batch_tokens // (batch_size * T * world)
+limit = memory_limit_gb * 2**30 or (torch.cuda.get_device_properties(device).total_memory if cuda else 0)
+need = flops.memory_per_gpu(mcfg, batch_size, world, fsdp, activation_checkpointing)
+if limit and need > limit:  # refused now rather than out of memory after minutes of compiling
+    options = {"--fsdp": (batch_size, True, activation_checkpointing) if world > 1 and not fsdp else None,
+               "--activation_checkpointing": (batch_size, fsdp, True) if not activation_checkpointing else None,
+               "--batch_size=1": (1, fsdp, activation_checkpointing) if batch_size > 1 else None}
+    fits = [k for k, o in options.items() if o and flops.memory_per_gpu(mcfg, o[0], world, o[1], o[2]) <= limit]
+    fail(f"this run needs about {need / 2**30:.3g} GiB per rank (flops.memory_per_gpu) and {limit / 2**30:.3g} GiB are "
+         f"there; what fits: {' or '.join(fits) if fits else 'none of --fsdp, --activation_checkpointing, --batch_size=1 alone: combine them, or use more or larger GPUs'}")
 torch.manual_seed(seed)
 model = GPT(mcfg).to(device)
 flops_per_token = flops.train_flops_per_token(mcfg)
+if activation_checkpointing:  # each block keeps only its input; backward recomputes the rest
+    for block in model.h:
+        block.forward = functools.partial(checkpoint, block.forward, use_reentrant=False)
+if fsdp:  # each block, then the rest, as DTensors sharded on dim 0; gathered whole for each block's compute
+    heads = {n: p.heads for n, p in model.named_parameters() if hasattr(p, "heads")}
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if dtype == "bf16" else MixedPrecisionPolicy()
+    for block in model.h:
+        fully_shard(block, mp_policy=mp)
+    fully_shard(model, mp_policy=mp)
+    for n, p in model.named_parameters():  # fully_shard made new Parameters: Muon's per-head blocks again
+        if n in heads:
+            p.heads = heads[n]
 
 # optimisers: Muon + AdamW as the paper (muon.optimizers), or AdamW for everything
 if muon_dtype not in ("auto", "bf16", "fp32"):
@@ -254,7 +290,8 @@ def get_batch(step):
         shard = shards[i]
         off = min(int(pos - (ends[i] - len(shard))), len(shard) - T - 1)  # windows stay inside a shard
         rows.append(torch.from_numpy(shard[off:off + T + 1].astype(np.int64)))
-    xy = torch.stack(rows).view(grad_accum, batch_size, T + 1).to(device)
+    xy = torch.stack(rows).view(grad_accum, batch_size, T + 1)
+    xy = xy.pin_memory().to(device, non_blocking=True) if cuda else xy  # the copy overlaps the GPU's work
     return [(xy[i, :, :-1], xy[i, :, 1:]) for i in range(grad_accum)]
 
 
@@ -269,10 +306,42 @@ def maybe_die(where, step):
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+def dcp_checkpoints():
+    """--fsdp checkpoints, ckpt_STEP/ folders of shards (torch.distributed.checkpoint) and meta.pt,
+    which is written last: a folder without it is a write that was cut. Oldest first."""
+    done = [d for d in os.listdir(run_dir) if re.fullmatch(r"ckpt_\d+", d)
+            and os.path.exists(os.path.join(run_dir, d, "meta.pt"))] if os.path.isdir(run_dir) else []
+    return [os.path.join(run_dir, d) for d in sorted(done, key=lambda d: int(d[5:]))]
+
+
+def sharded_state():
+    # --fsdp: each rank's shards of the weights and of each optimiser's state (one at a time: DCP
+    # refuses several optimisers at once when one has an empty group, as AdamW's gains without MLA)
+    return dict(model=get_model_state_dict(model), **{f"optim{i}": get_optimizer_state_dict(model, o)
+                                                       for i, o in enumerate(optims)})
+
+
 def save_checkpoint(step):
-    ckpt = dict(model=model.state_dict(), optims=[o.state_dict() for o in optims], step=step,
-                scaler=scaler.state_dict(), model_config=asdict(mcfg), train_config=cfg_dict,
+    """Every rank calls this. DDP: rank 0 writes ckpt.pt. FSDP2: every rank writes its shards."""
+    meta = dict(step=step, scaler=scaler.state_dict(), model_config=asdict(mcfg), train_config=cfg_dict,
                 rng=dict(torch=torch.get_rng_state(), cuda=torch.cuda.get_rng_state(device) if cuda else None))
+    if fsdp:
+        folder = os.path.join(run_dir, f"ckpt_{step}")
+        if master and os.path.exists(folder):
+            shutil.rmtree(folder)  # a cut write of this step
+        dist.barrier()
+        dcp.save(sharded_state(), checkpoint_id=folder)  # returns once every rank's shards are written
+        if master:
+            torch.save(meta, os.path.join(folder, "meta.pt.tmp"))
+            maybe_die("ckpt", step)
+            os.replace(os.path.join(folder, "meta.pt.tmp"), os.path.join(folder, "meta.pt"))  # now it counts
+            for d in os.listdir(run_dir):  # older ones, and any cut write
+                if re.fullmatch(r"ckpt_\d+", d) and d != f"ckpt_{step}":
+                    shutil.rmtree(os.path.join(run_dir, d))
+        return
+    if not master:
+        return
+    ckpt = dict(meta, model=model.state_dict(), optims=[o.state_dict() for o in optims])
     tmp = os.path.join(run_dir, "ckpt.pt.tmp")
     torch.save(ckpt, tmp)
     maybe_die("ckpt", step)
@@ -298,10 +367,16 @@ def read_log(path):
 
 
 log_path, ckpt_path = os.path.join(run_dir, "log.jsonl"), os.path.join(run_dir, "ckpt.pt")
+if resume and fsdp and os.path.exists(ckpt_path):
+    fail(f"{ckpt_path} is a DDP checkpoint; resume this run without --fsdp (or start a new --run_name)")
+if resume and not fsdp and dcp_checkpoints():
+    fail(f"{dcp_checkpoints()[-1]} is a sharded --fsdp checkpoint; resume this run with --fsdp")
+if fsdp:
+    ckpt_path = (dcp_checkpoints() or [os.path.join(run_dir, "ckpt_0")])[-1]
 start, last_logged, changed = 0, -1, []
 if resume and os.path.exists(ckpt_path):
     try:  # to the CPU: set_rng_state needs a CPU tensor, and the optimisers move their state to the params
-        ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)
+        ckpt = torch.load(os.path.join(ckpt_path, "meta.pt") if fsdp else ckpt_path, map_location="cpu", weights_only=False)
     except Exception as e:
         fail(f"checkpoint {ckpt_path} is unreadable ({type(e).__name__}): it is truncated or not a "
              f"checkpoint; restore it or start a new --run_name")
@@ -309,11 +384,19 @@ if resume and os.path.exists(ckpt_path):
     if diff:
         fail(f"{ckpt_path} was trained with another model config ({', '.join(diff)} differ); "
              f"pass the same flags or start a new --run_name")
-    model.load_state_dict(ckpt["model"])
-    for o, s in zip(optims, ckpt["optims"]):
-        base = [g["base_lr"] for g in o.param_groups]
-        o.load_state_dict(s)
-        for g, lr in zip(o.param_groups, base):  # this run's learning rates, not the saved ones
+    base = [[g["base_lr"] for g in o.param_groups] for o in optims]
+    if fsdp:  # each rank reads its shards, resharded if the number of ranks changed
+        state = sharded_state()
+        dcp.load(state, checkpoint_id=ckpt_path)
+        set_model_state_dict(model, state["model"])
+        for i, o in enumerate(optims):
+            set_optimizer_state_dict(model, o, state[f"optim{i}"])
+    else:
+        model.load_state_dict(ckpt["model"])
+        for o, s in zip(optims, ckpt["optims"]):
+            o.load_state_dict(s)
+    for o, lrs in zip(optims, base):  # this run's learning rates, not the saved ones
+        for g, lr in zip(o.param_groups, lrs):
             g["base_lr"] = lr
     if ckpt.get("scaler"):
         scaler.load_state_dict(ckpt["scaler"])
@@ -361,13 +444,12 @@ if ddp:  # every rank must agree on which steps evaluate
     last_logged = int(t)
 
 train_model = torch.compile(model) if compile else model
-if ddp:
-    train_model = DDP(train_model, device_ids=[local_rank] if cuda else None)
+if ddp and not fsdp:  # gradients live in DDP's buckets (no second copy); no buffers to broadcast (RoPE tables are fixed)
+    train_model = DDP(train_model, device_ids=[local_rank] if cuda else None, gradient_as_bucket_view=True,
+                      broadcast_buffers=False)
 
-PEAK_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A10G": 125e12,
-              "RTX 4090": 165e12, "RTX 3090": 71e12}  # dense bf16 tensor-core peaks
 device_name = torch.cuda.get_device_name(device) if cuda else "cpu"
-peak = next((v for k, v in PEAK_FLOPS.items() if k in device_name), None)
+peak = flops.peak_flops(device_name)
 
 
 def write_log(record):
@@ -412,10 +494,31 @@ token_bytes = tok.token_bytes()  # for bits per byte; GPT-2's takes 50k decodes,
 ckpt_every = eval_interval if ckpt_interval is None else ckpt_interval
 t_start = t_ckpt = time.time()
 step, train_loss, dt = start, None, None
+loss_sum, first_bad = torch.zeros((), device=device), torch.tensor(-1, device=device)  # first step with a NaN/inf loss
+
+
+def check_finite():
+    # the losses are averaged over ranks, so every rank takes the same branch
+    bad = int(first_bad)
+    if bad >= 0:
+        if master:
+            last = dcp_checkpoints()[-1] if fsdp and dcp_checkpoints() else ckpt_path
+            print(f"error: train loss is NaN or inf at step {bad}; stopped. The last good checkpoint is {last}: "
+                  f"lower the learning rates and run again with --resume", file=sys.stderr)
+        sys.exit(1)
+
+
 while True:  # `step` optimiser steps are done
+    # the host waits for the device only here, on log and checkpoint steps: dt is the mean since the last wait
+    syncing = step > start and (step % log_interval == 0 or step % eval_interval == 0 or step == max_iters)
+    saving = step > start and (step == max_iters or (ckpt_every and step % ckpt_every == 0)
+                               or (ckpt_minutes and minutes_due()))
+    if syncing or saving:
+        train_loss, dt = loss_sum.item(), (time.time() - t_window) / (step - window_start)
+        check_finite()  # never log a NaN as a loss, nor checkpoint spoilt weights
     record = dict(type="step", step=step, tokens=step * total_batch_tokens,
                   flops=step * total_batch_tokens * flops_per_token)
-    if step > start:  # the step just taken
+    if syncing:  # the steps taken since the last log
         tps = total_batch_tokens / dt
         record.update(train_loss=train_loss, lr=optims[0].param_groups[0]["lr"], dt=dt, tokens_per_s=tps,
                       mfu=flops_per_token * tps / (peak * world) if peak else None)
@@ -423,16 +526,16 @@ while True:  # `step` optimiser steps are done
     evaluating = (step % eval_interval == 0 or step == max_iters) and step > last_logged
     if evaluating:
         with autocast:
-            record["test_loss"], record["test_bpb"] = evaluate(model, val_data, T, batch_size, eval_tokens,
-                                                               token_bytes, device, rank, world)
+            # FSDP2 gathers each block's weights in every forward, a collective: each rank must make
+            # as many forwards as the others, so under --fsdp every rank evaluates every window
+            record["test_loss"], record["test_bpb"] = evaluate(model, val_data, T, batch_size, eval_tokens, token_bytes,
+                                                               device, *((0, 1) if fsdp else (rank, world)))
         maybe_die("eval", step)
         log(f"step {step}: test loss {record['test_loss']:.4f}, {record['test_bpb']:.4f} bits/byte")
     if (evaluating or step % log_interval == 0) and step > last_logged:
         write_log(record)
-    if step > start and (step == max_iters or (ckpt_every and step % ckpt_every == 0)
-                         or (ckpt_minutes and minutes_due())):
-        if master:
-            save_checkpoint(step)
+    if saving:
+        save_checkpoint(step)
         if ddp:
             dist.barrier()
         t_ckpt = time.time()
@@ -443,14 +546,17 @@ while True:  # `step` optimiser steps are done
     if step == max_iters:
         break
 
-    t0 = time.time()
+    if step == start or syncing or saving:
+        t_window, window_start = time.time(), step
     for opt in optims:
         for group in opt.param_groups:
             group["lr"] = group["base_lr"] * lr_frac(step)
     loss_sum = torch.zeros((), device=device)
-    for i, (x, y) in enumerate(get_batch(step)):
-        if ddp:
-            train_model.require_backward_grad_sync = i == grad_accum - 1  # sync once per step
+    for i, (x, y) in enumerate(get_batch(step)):  # gradients reduced once per step, in the last micro-step
+        if fsdp:
+            model.set_requires_gradient_sync(i == grad_accum - 1)
+        elif ddp:
+            train_model.require_backward_grad_sync = i == grad_accum - 1
         with autocast:
             _, loss = train_model(x, y)
         scaler.scale(loss / grad_accum).backward()  # fp16: scaled up so that small gradients survive
@@ -460,12 +566,7 @@ while True:  # `step` optimiser steps are done
             p.grad.fill_(math.inf)
     if ddp:
         dist.all_reduce(loss_sum, op=dist.ReduceOp.AVG)
-    train_loss = loss_sum.item()
-    if not math.isfinite(train_loss):
-        if master:
-            print(f"error: train loss is {'NaN' if math.isnan(train_loss) else train_loss} at step {step + 1}; stopped. The last good checkpoint "
-                  f"is {run_dir}/ckpt.pt: lower the learning rates and run again with --resume", file=sys.stderr)
-        sys.exit(1)
+    first_bad = torch.where((first_bad < 0) & ~loss_sum.isfinite(), step + 1, first_bad)  # no wait for the device
     if grad_clip:
         for opt in optims:
             scaler.unscale_(opt)  # clip the true gradients
@@ -474,7 +575,6 @@ while True:  # `step` optimiser steps are done
         scaler.step(opt)  # fp16: skipped, and the scale lowered, if a gradient is inf or NaN
     scaler.update()
     model.zero_grad(set_to_none=True)
-    dt = time.time() - t0
     step += 1
 
 if ddp:

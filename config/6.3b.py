@@ -1,7 +1,7 @@
 # 6.3B (paper Tables 5-7): 32 layers, 32 heads, d_model 4096, 50B tokens.
-# Its weights, gradients and optimiser state (~80 GB in fp32) leave little room on one GPU; the paper's
-# scale wants sharded data parallelism (FSDP2), which train.py does not do yet. batch_size 1 x 8 GPUs x GA 2.
-# torchrun --standalone --nproc_per_node=8 train.py config/6.3b.py --attn=lrkv    (repeat for mha gqa mqa mla)
+# Its weights, gradients and optimiser state (~80 GB in fp32) do not fit one 80 GB GPU beside its activations
+# (python flops.py 6.3b: ~108 GiB per GPU under DDP, ~33 GiB with --fsdp): shard it. batch_size 1 x 8 GPUs x GA 2.
+# torchrun --standalone --nproc_per_node=8 train.py config/6.3b.py --fsdp --attn=lrkv    (repeat for mha gqa mqa mla)
 # Estimate on one 8xH200 node at an assumed 40% MFU: about 189 h for MHA (training FLOPs from flops.py);
 # the paper's small global batch leaves each GPU little work, so expect lower MFU and more time.
 preset = "6.3b"
