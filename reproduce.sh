@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The paper's figure, small: set up, prepare the embedded corpus, train the five designs on the
-# CPU preset one after another, draw the figure. About 25 minutes on a 2-core CPU.
+# CPU preset one after another, draw the figure. About 40 minutes on a 2-core AVX2 CPU (8 a design).
 #   bash reproduce.sh            # seed 0 into out/reproduce/, figure in out/reproduce/figure_tokens.png
 #   SEED=1 bash reproduce.sh     # another seed beside it; plot.py averages seeds and reports their spread
 #   OUT=out/mine bash reproduce.sh   # another folder (runs there are the reproduction's alone)
