@@ -19,7 +19,7 @@ import torch
 
 import flops
 from model import GPT, preset
-from muon import optimizers
+from muon import newton_schulz_dtype, optimizers
 
 p = argparse.ArgumentParser()
 p.add_argument("--preset", default="cpu")
@@ -32,7 +32,7 @@ args = p.parse_args()
 device = "cuda" if torch.cuda.is_available() else "cpu"
 sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
 autocast = torch.autocast(device, dtype=torch.bfloat16, enabled=device == "cuda")
-ns_dtype = torch.bfloat16 if args.muon_dtype == "bf16" or (args.muon_dtype == "auto" and device == "cuda") else torch.float32
+ns_dtype = newton_schulz_dtype(args.muon_dtype, device == "cuda")
 models = {}
 for attn in flops.DESIGNS:
     cfg = preset(args.preset, attn=attn)

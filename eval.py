@@ -124,7 +124,7 @@ def kv_table(cfg, T, batch=1, dtype=torch.float32, device="cpu", gqa_kv_heads=No
 def decode_bench(cfg, contexts, steps=30, device="cpu", dtype=torch.float32, batch=1, warmup=5,
                  no_cache=False, gqa_kv_heads=None, compile=False):
     """Decode speed of every design at cfg's shape. A step at context N feeds token N after a prefill
-    of N-1, so it attends over N positions; the caches are rewound after each step, so every timed
+    of N-1, so it attends over N positions; every step writes that token into the same slot, so every timed
     step sees exactly N. Within each repetition the designs run one step each, in a rotating order,
     so a drift in machine speed hits all alike; the median step is reported. compile: each design's
     decode step through torch.compile (GPT.decoder; the warm-up steps pay for compiling).
@@ -146,38 +146,33 @@ def decode_bench(cfg, contexts, steps=30, device="cpu", dtype=torch.float32, bat
     out = {}
     # one graph per design and context, all from GPT.forward: past dynamo's default of 8 per function
     with torch._dynamo.config.patch(recompile_limit=8 + len(models) * len(contexts)):
-        _decode_bench(cfg, contexts, steps, device, batch, warmup, no_cache, compile, models, timed, out)
+        for N in contexts:
+            idx = torch.randint(0, cfg.vocab_size, (batch, N), generator=torch.Generator().manual_seed(N)).to(device)
+            caches = {a: m.new_caches(max_len=N) for a, m in models.items()}
+            for a, m in models.items():
+                m(idx[:, :N - 1], caches=caches[a])  # prefill N-1 tokens
+            tok, pos = idx[:, N - 1:].contiguous(), torch.tensor([N - 1], device=device)
+
+            def step(a):
+                # the token at position N - 1, written over the same slot at every step
+                return timed(lambda: models[a].decoder(compile)(tok, caches=caches[a], pos=pos))
+
+            t_step, t_full = {a: [] for a in models}, {a: [] for a in models}
+            for i in range(warmup + steps):
+                for a in DESIGNS[i % 5:] + DESIGNS[:i % 5]:
+                    dt = step(a)
+                    dt_full = timed(lambda: models[a](idx)) if no_cache else 0.0  # a token without a cache
+                    if i >= warmup:
+                        t_step[a].append(dt)
+                        t_full[a].append(dt_full)
+            for a in models:
+                ms = 1000 * statistics.median(t_step[a])
+                out[a, N] = dict(ms=ms, tok_s=1000 * batch / ms)
+                if no_cache:
+                    out[a, N]["ms_no_cache"] = 1000 * statistics.median(t_full[a])
+            for a in models:
+                out[a, N]["vs_mha"] = out[a, N]["tok_s"] / out["mha", N]["tok_s"]
     return out
-
-
-def _decode_bench(cfg, contexts, steps, device, batch, warmup, no_cache, compile, models, timed, out):
-    for N in contexts:
-        idx = torch.randint(0, cfg.vocab_size, (batch, N), generator=torch.Generator().manual_seed(N)).to(device)
-        caches = {a: m.new_caches(max_len=N) for a, m in models.items()}
-        for a, m in models.items():
-            m(idx[:, :N - 1], caches=caches[a])  # prefill N-1 tokens
-
-        tok, pos = idx[:, N - 1:].contiguous(), torch.tensor([N - 1], device=device)
-
-        def step(a):
-            # the token at position N - 1, written over the same slot at every step
-            return timed(lambda: models[a].decoder(compile)(tok, caches=caches[a], pos=pos))
-
-        t_step, t_full = {a: [] for a in models}, {a: [] for a in models}
-        for i in range(warmup + steps):
-            for a in DESIGNS[i % 5:] + DESIGNS[:i % 5]:
-                dt = step(a)
-                dt_full = timed(lambda: models[a](idx)) if no_cache else 0.0  # a token without a cache
-                if i >= warmup:
-                    t_step[a].append(dt)
-                    t_full[a].append(dt_full)
-        for a in models:
-            ms = 1000 * statistics.median(t_step[a])
-            out[a, N] = dict(ms=ms, tok_s=1000 * batch / ms)
-            if no_cache:
-                out[a, N]["ms_no_cache"] = 1000 * statistics.median(t_full[a])
-        for a in models:
-            out[a, N]["vs_mha"] = out[a, N]["tok_s"] / out["mha", N]["tok_s"]
 
 
 # -----------------------------------------------------------------------------

@@ -8,7 +8,7 @@ Per design: training tokens/s and MFU (compiled, Muon + AdamW as train.py), peak
 flops.memory_per_gpu's estimate, which SDPA kernel ran in training and in decoding (from the
 profiler's op names), the loss of the compiled model against eager, each cache's dtype and bytes per
 token after a prefill against flops.py's formula, and decode tokens/s at 2K and 8K context
-(eval.decode_bench: eager, the caches rewound so each step sees exactly that context). Then a tiny
+(eval.decode_bench: eager, each step written over the same slot, so it sees exactly that context). Then a tiny
 train.py run on this GPU is killed after a checkpoint and resumed; its losses must equal an
 uninterrupted run's.
 """
@@ -27,7 +27,7 @@ import torch
 import flops
 from eval import decode_bench
 from model import GPT, preset
-from muon import optimizers
+from muon import newton_schulz_dtype, optimizers
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 p = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
@@ -45,7 +45,7 @@ else:
     shape, name, batch, steps, contexts, backend = {}, "128m", 8, 10, (2048, 8192), "inductor"
     autocast = torch.autocast("cuda", dtype=torch.bfloat16)
     torch.backends.cuda.matmul.allow_tf32 = True
-ns_dtype = torch.float32 if dry else torch.bfloat16
+ns_dtype = newton_schulz_dtype("auto", gpu=not dry)
 device_name = "cpu" if dry else torch.cuda.get_device_name()
 peak = flops.peak_flops(device_name)
 torch._dynamo.config.cache_size_limit = 64  # a model per design: each compiles once

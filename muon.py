@@ -97,6 +97,13 @@ class Muon(torch.optim.Optimizer):
                 p.add_(u, alpha=-lr * math.sqrt(max(1.0, rows / H / cols)))
 
 
+def newton_schulz_dtype(choice, gpu):
+    # --muon_dtype: auto is bf16 on GPUs (the paper's) and fp32 on CPUs, where bf16 matmuls can be ~30x slower
+    if choice not in ("auto", "bf16", "fp32"):
+        raise ValueError(f"--muon_dtype={choice!r} is unknown; use auto, bf16 or fp32")
+    return torch.bfloat16 if choice == "bf16" or (choice == "auto" and gpu) else torch.float32
+
+
 def optimizers(model, matrix_lr, embed_lr, head_lr, weight_decay, betas, ns_dtype):
     """The paper's split: Muon for every hidden weight matrix, each the map it is (K and V are
     separate weights in every design; LRKV's block-diagonal B per head); AdamW for the embedding,

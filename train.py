@@ -38,7 +38,7 @@ from torch.utils.checkpoint import checkpoint
 import flops
 from eval import evaluate
 from model import GPT, GPTConfig, preset as model_preset
-from muon import optimizers
+from muon import newton_schulz_dtype, optimizers
 from prepare import load_split, prepare
 from tokenizer import get_tokenizer
 
@@ -251,9 +251,10 @@ if fsdp:  # each block, then the rest, as DTensors sharded on dim 0; gathered wh
             p.heads = heads[n]
 
 # optimisers: Muon + AdamW as the paper (muon.optimizers), or AdamW for everything
-if muon_dtype not in ("auto", "bf16", "fp32"):
-    fail(f"--muon_dtype={muon_dtype!r} is unknown; use auto, bf16 or fp32")
-ns_dtype = torch.bfloat16 if muon_dtype == "bf16" or (muon_dtype == "auto" and cuda) else torch.float32
+try:
+    ns_dtype = newton_schulz_dtype(muon_dtype, cuda)
+except ValueError as e:
+    fail(str(e))
 if optimizer == "muon":
     optims = optimizers(model, matrix_lr, embed_lr, head_lr, weight_decay, betas, ns_dtype)
 elif optimizer == "adamw":
@@ -366,6 +367,14 @@ def read_log(path):
     return records
 
 
+def same_model(saved, what):
+    # a resume must build the model the run was trained with
+    diff = [k for k, v in asdict(mcfg).items() if saved.get(k) != v]
+    if diff:
+        fail(f"{what} with another model config ({', '.join(diff)} differ); pass the same flags or "
+             f"start a new --run_name")
+
+
 log_path, ckpt_path = os.path.join(run_dir, "log.jsonl"), os.path.join(run_dir, "ckpt.pt")
 if resume and fsdp and os.path.exists(ckpt_path):
     fail(f"{ckpt_path} is a DDP checkpoint; resume this run without --fsdp (or start a new --run_name)")
@@ -380,10 +389,7 @@ if resume and os.path.exists(ckpt_path):
     except Exception as e:
         fail(f"checkpoint {ckpt_path} is unreadable ({type(e).__name__}): it is truncated or not a "
              f"checkpoint; restore it or start a new --run_name")
-    diff = [k for k, v in asdict(mcfg).items() if ckpt["model_config"].get(k) != v]
-    if diff:
-        fail(f"{ckpt_path} was trained with another model config ({', '.join(diff)} differ); "
-             f"pass the same flags or start a new --run_name")
+    same_model(ckpt["model_config"], f"{ckpt_path} was trained")
     base = [[g["base_lr"] for g in o.param_groups] for o in optims]
     if fsdp:  # each rank reads its shards, resharded if the number of ranks changed
         state = sharded_state()
@@ -428,10 +434,8 @@ elif not resume and master and os.path.exists(log_path):
 if resume and master and os.path.exists(log_path):
     records = read_log(log_path)
     head = next((r for r in records if r.get("type") == "header"), None)
-    diff = [k for k, v in asdict(mcfg).items() if head and head["config"].get(k) != v]
-    if diff:
-        fail(f"{log_path} was written with another model config ({', '.join(diff)} differ); "
-             f"pass the same flags or start a new --run_name")
+    if head:
+        same_model(head["config"], f"{log_path} was written")
     if changed:
         records = [r for r in records if r.get("step", -1) <= start]
         with open(log_path + ".tmp", "w") as f:
