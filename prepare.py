@@ -43,8 +43,9 @@ DEFAULT_TOKENIZER = {"shakespeare": "byte", "fineweb": "gpt2"}
 
 
 def write_atomic(path, write):
-    # a run killed halfway leaves a .tmp file behind, never a truncated file under the real name
-    tmp = path + ".tmp"
+    # a run killed halfway leaves a .tmp file behind, never a truncated file under the real name;
+    # the pid in it lets two runs that start together (reproduce.sh) prepare the same corpus safely
+    tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "wb") as f:
         write(f)
     os.replace(tmp, path)

@@ -1,26 +1,62 @@
 #!/usr/bin/env bash
-# The paper's figure, small: set up, prepare the embedded corpus, train the five designs on the
-# CPU preset one after another, draw the figure. About 40 minutes on a 2-core AVX2 CPU (8 a design).
-#   bash reproduce.sh            # seed 0 into out/reproduce/, figure in out/reproduce/figure_tokens.png
-#   SEED=1 bash reproduce.sh     # another seed beside it; plot.py averages seeds and reports their spread
-#   OUT=out/mine bash reproduce.sh   # another folder (runs there are the reproduction's alone)
-#   DESIGNS="mha lrkv" PYTHON=python bash reproduce.sh   # some designs, with an existing Python
+# The paper's figure, small: set up, train the five designs on the CPU preset (embedded corpus),
+# two runs side by side on one thread each, then draw the figure. About 20 minutes on a 2-core
+# AVX2 CPU (8 minutes a run; see the README for the measured time).
+#   bash reproduce.sh                  # seed 0 into out/reproduce/, figure in out/reproduce/figure_tokens.png
+#   SEEDS="0 1 2" bash reproduce.sh    # three seeds (seed 0 reused if done); plot.py reports mean, spread, paired gaps
+#   SWEEP=pareto bash reproduce.sh     # loss against KV-cache size: 11 settings x 3 seeds (about 70 minutes), 300 steps, into out/pareto/
+#   OUT=out/mine bash reproduce.sh     # another folder (runs there are the reproduction's alone)
+#   DESIGNS="mha lrkv" JOBS=1 PYTHON=python bash reproduce.sh   # some designs, one at a time, an existing Python
 # Extra arguments go to every train.py run, e.g. bash reproduce.sh --max_iters=300 (then use another OUT).
-# Interrupted? Run the same command again: every run continues where it stopped (train.py --resume).
+# Interrupted? Run the same command again: every run continues where it stopped (train.py --resume),
+# finished runs are not redone.
 set -euo pipefail
 cd "$(dirname "$0")"
-SEED=${SEED:-0}
-OUT=${OUT:-out/reproduce}
 PY=${PYTHON:-.venv/bin/python}
+JOBS=${JOBS:-2}  # runs at once; each gets cores/JOBS threads (two 1-thread runs beat one 2-thread run)
+THREADS=$(( $(nproc) / JOBS > 0 ? $(nproc) / JOBS : 1 ))
 if [ -z "${PYTHON:-}" ] && [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
   .venv/bin/pip install -q -r requirements.txt
 fi
 export MPLBACKEND=Agg
-for attn in ${DESIGNS:-mha lrkv mla gqa mqa}; do
-  run="cpu_${attn}_s${SEED}"
+
+# the runs, one "name train.py-arguments" per line
+if [ "${SWEEP:-}" = pareto ]; then
+  OUT=${OUT:-out/pareto}
+  runs() {  # 300 steps, half the figure's, so that the 33 runs take about 70 minutes
+    for s in ${SEEDS:-0 1 2}; do
+      echo "mha_s$s --attn=mha"
+      for g in 1 2; do echo "gqa${g}_s$s --attn=gqa --n_kv_head=$g"; done
+      for r in 2 4 8 13 20; do echo "lrkv${r}_s$s --attn=lrkv --lrkv_rank=$r"; done
+      for c in 32 64 128; do echo "mla${c}_s$s --attn=mla --mla_kv_rank=$c"; done
+    done | sed "s/$/ --max_iters=300/"
+  }
+  plot=--pareto
+else
+  OUT=${OUT:-out/reproduce}
+  runs() {
+    for s in ${SEEDS:-0}; do
+      for attn in ${DESIGNS:-mha lrkv mla gqa mqa}; do echo "cpu_${attn}_s$s --attn=$attn"; done
+    done
+  }
+  plot=""
+fi
+
+pids=()
+while read -r run args; do
+  while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do sleep 1; done
   resume=""
   [ -d "$OUT/$run" ] && resume="--resume"  # started before: continue it (a finished run does nothing)
-  "$PY" train.py --attn="$attn" --seed="$SEED" --out_dir="$OUT" --run_name="$run" $resume "$@"
-done
-"$PY" plot.py "$OUT"
+  # shellcheck disable=SC2086  # $args is a list of flags
+  ( OMP_NUM_THREADS=$THREADS "$PY" train.py $args --seed="${run##*_s}" --out_dir="$OUT" --run_name="$run" $resume "$@" 2>&1 \
+      | sed -u "s/^/$run  /" ) &
+  pids+=($!)
+done < <(runs)
+failed=0
+for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
+if [ "$failed" != 0 ]; then
+  echo "reproduce.sh: a run failed (its lines above say why); run the same command again to continue" >&2
+  exit 1
+fi
+"$PY" plot.py "$OUT" $plot
