@@ -6,7 +6,7 @@ what differs is how keys and values are made and what a KV cache must keep per t
 
     mha / gqa / mqa   GroupedQueryAttention   n_kv_head full K/V heads          2·n_kv·d_h
     mla               MLA                     latent c_kv and one RoPE key k_pe  d_c + d_r
-    lrkv              LRKV                    shared K/V plus rank-r latents     2·d_h + 2·H·r
+    lrkv              LRKV                    shared K/V, rank-r latents, norms  2·d_h + 2·H·r + H
 
 forward(x, cos, sin, cache=None, pos=None): cos/sin are the RoPE tables for every position.
 Without a cache the T tokens sit at positions 0..T-1 (training). With a KVCache and pos None they
@@ -184,7 +184,9 @@ class LRKV(nn.Module):
     """Low-rank key-value attention (arXiv 2601.11471 §3). Per layer a shared K/V head W_s and
     per head rank-r residuals: K_h = X W_s^K + (X U_h^K) B_h^Kᵀ (Eq. 2), V_h likewise (Eq. 3).
     Training materialises full K_h, V_h, then RoPE and QK-norm exactly as MHA. The cache holds
-    X W_s^K, X W_s^V (d_h each) and the latents R_h = X U_h (r each, per head): 2·d_h + 2·H·r.
+    X W_s^K (rotated), X W_s^V (d_h each), the latents R_h = X U_h (r each, per head) and each
+    head's key norm: 2·d_h + 2·H·r + H (the paper counts 2·d_h + 2·H·r; the H norms save decode
+    from rebuilding every key).
     K and V are separate weights, as in MHA; B_k, B_v stack the per-head B_h, (H·d_h, r), and are
     block-diagonal maps (head h's latent to head h's residual only): Muon treats them per head."""
 
@@ -224,23 +226,36 @@ class LRKV(nn.Module):
         k_s, v_s = self.W_sk(x), self.W_sv(x)  # (B, T, d_h) each: X W_s^K, X W_s^V
         r_k, r_v = self.U_k(x).view(B, T, H, r), self.U_v(x).view(B, T, H, r)  # (B, T, H, r): R_h = X U_h
         B_k, B_v = self.B_k.view(H, d_h, r), self.B_v.view(H, d_h, r)
+        k = k_s.unsqueeze(2) + torch.einsum("bthr,hdr->bthd", r_k, B_k)  # (B, T, H, d_h): K_h, Eq. 2
         if cache is not None:
-            c, mask = cache.write(pos, k_s=k_s, v_s=v_s, r_k=r_k, r_v=r_v)  # the small cache, 2·d_h + 2·H·r
+            # the small cache, 2·d_h + 2·H·r + H: the shared key already rotated (RoPE is linear),
+            # the latents, and each head's 1/rms (QK-norm's divisor), so decode never rebuilds a key
+            k_inv = (k.pow(2).mean(-1) + torch.finfo(k.dtype).eps).rsqrt()  # (B, T, H), as F.rms_norm
+            k_s = rope(k_s.unsqueeze(2), *at(cos, sin, T, pos)).squeeze(2)  # (B, T, d_h)
+            c, mask = cache.write(pos, k_s=k_s, k_inv=k_inv, v_s=v_s, r_k=r_k, r_v=r_v)
         if pos is None:
             # training, or a prefill: materialise every head's K_h and V_h (Eqs. 2-3), attend as MHA
-            k = k_s.unsqueeze(2) + torch.einsum("bthr,hdr->bthd", r_k, B_k)  # (B, T, H, d_h)
             v = v_s.unsqueeze(2) + torch.einsum("bthr,hdr->bthd", r_v, B_v)  # (B, T, H, d_h)
             k = norm(rope(k, cos[:T], sin[:T]))
             y = attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), self.scale)  # (B, H, T, d_h)
             return self.c_proj(y.transpose(1, 2).reshape(B, T, H * d_h))
-        Tk = c["k_s"].size(1)
-        # keys, exactly: RoPE rotates the whole d_h vector by position and QK-norm divides by its
-        # norm, so RoPE(K_s + R B_hᵀ) ≠ RoPE(K_s) + RoPE(R) B_hᵀ (the paper's Eq. 6 shortcut). We
-        # rebuild each cached key from its factors (Eq. 4), O(Tk·H·r·d_h) per step, and keep the
-        # small cache. This is what makes LRKV decode slower than MHA at long contexts.
-        k = c["k_s"].unsqueeze(2) + torch.einsum("bthr,hdr->bthd", c["r_k"], B_k)  # (B, Tk, H, d_h)
-        k = norm(rope(k, cos[:Tk], sin[:Tk])).transpose(1, 2)  # (B, H, Tk, d_h)
-        att = (q.transpose(1, 2) @ k.transpose(-2, -1)) * self.scale  # (B, H, T, Tk)
+        # decode, exactly. RoPE rotates the whole key by its position s and QK-norm divides it by its
+        # rms, so the paper's Eq. 6 shortcut RoPE(K_s) + RoPE(R) B_hᵀ is not the key. But a rotation
+        # moves to the query: q·RoPE_s(K_s + R_s B_hᵀ) = q·RoPE_s(K_s) + (B_hᵀ RoPE_s⁻¹(q))·R_s.
+        # With halves q1, q2 and angles (cos_s, sin_s) per frequency f, RoPE_s⁻¹(q) =
+        # [q1 cos_s - q2 sin_s, q1 sin_s + q2 cos_s], so (B_hᵀ RoPE_s⁻¹ q)_j is a sum over f of
+        # cos_sf·(B1 q1 + B2 q2)_fj + sin_sf·(B2 q1 - B1 q2)_fj: one (Tk, d_h) x (d_h, H·r) product with
+        # the RoPE table, and no (Tk, H, d_h) keys, no RoPE or norm over the cache at every step.
+        Tk, d = c["k_s"].size(1), d_h // 2
+        qt = q.transpose(1, 2)  # (B, H, T, d_h)
+        att = qt @ c["k_s"].unsqueeze(1).transpose(-2, -1)  # (B, H, T, Tk): q·RoPE_s(K_s)
+        q1, q2 = q[..., :d].unsqueeze(-1), q[..., d:].unsqueeze(-1)  # (B, T, H, d/2, 1)
+        B1, B2 = B_k[:, :d], B_k[:, d:]  # (H, d/2, r)
+        P = torch.cat([q1 * B1 + q2 * B2, q1 * B2 - q2 * B1], dim=-2)  # (B, T, H, d_h, r)
+        trig = torch.cat([cos[:Tk], sin[:Tk]], dim=-1).to(q.dtype)  # (Tk, d_h)
+        qB = torch.einsum("sf,bthfr->bhtsr", trig, P)  # (B, H, T, Tk, r): B_hᵀ RoPE_s⁻¹(q) for every s
+        att = att + torch.einsum("bhtsr,bshr->bhts", qB, c["r_k"])  # (B, H, T, Tk): + (B_hᵀ RoPE_s⁻¹ q)·R_s
+        att = att * c["k_inv"].transpose(1, 2).unsqueeze(2) * self.scale  # QK-norm of the key, then scale
         att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
         # values never need rebuilding, Eq. 7: a V_h = a V_s + (a R_h^V) B_h^Vᵀ
         y = att @ c["v_s"].unsqueeze(1)  # (B, H, T, d_h): a V_s, the shared head

@@ -79,7 +79,9 @@ def kv_cache_elems_per_token(cfg):
     if cfg.attn == "mla":
         return cfg.mla_kv_rank + cfg.mla_rope_dim  # c_kv and the shared rotated k_pe
     if cfg.attn == "lrkv":
-        return 2 * d_h + 2 * cfg.n_head * cfg.lrkv_rank  # X W_s^{K,V} and R_h^{K,V} for every head
+        # X W_s^{K,V} and R_h^{K,V} for every head (the paper's 2·d_h + 2·H·r), plus each head's key
+        # norm, H numbers, which spare decode rebuilding every key (attention.py, LRKV)
+        return 2 * d_h + 2 * cfg.n_head * cfg.lrkv_rank + cfg.n_head
     return 2 * cfg.n_kv_head * d_h
 
 

@@ -2,15 +2,20 @@
 Redraw Figure 4 of "Low-Rank Key Value Attention" (arXiv 2601.11471) from training logs:
 test cross-entropy loss against training tokens (bottom axis) and cumulative training compute
 (top axis), one line per attention design, seeds averaged with a min-max band. Also prints a
-results table with the paper's metric: how much sooner each design reaches MHA's final loss.
+results table: each design's mean and standard deviation over seeds, its paired difference to MHA
+(same seed, so same data order), and the paper's metric, how much sooner it reaches MHA's final loss.
+With --pareto it draws a sweep instead: final test loss against KV-cache size, one point per
+setting (LRKV's r, GQA's K/V heads, MLA's d_c), one line per design family.
 
 It reads only the <dir>/<run>/log.jsonl files that train.py writes; it never imports torch. The
 runs must be one experiment (the same shape, data, steps and batch; per design the same settings);
 it names any run that is not and stops, rather than average it in as a seed. It writes
-figure_tokens.png/.pdf (figure_flops with --x=flops) and results.md into the folder of the runs.
+figure_tokens.png/.pdf and results.md (figure_flops with --x=flops; figure_pareto and pareto.md
+with --pareto) into the folder of the runs.
 
-python plot.py                                   # every out/*/log.jsonl
+python plot.py out/reproduce                     # what reproduce.sh draws
 python plot.py out/reproduce --x=flops --paper --seeds
+python plot.py out/pareto --pareto               # what SWEEP=pareto bash reproduce.sh draws
 """
 import os
 import sys
@@ -144,7 +149,7 @@ def combine(runs):
     return {
         "runs": runs, "step": steps,
         "tokens": pick("tokens").mean(0), "flops": pick("flops").mean(0), "bpb": pick("bpb").mean(0),
-        "loss": loss.mean(0), "lo": loss.min(0), "hi": loss.max(0), "finals": loss[:, -1],
+        "loss": loss.mean(0), "lo": loss.min(0), "hi": loss.max(0),
     }
 
 
@@ -161,6 +166,22 @@ def reach(xs, losses, target):
     return float(x0 + (l0 - target) / (l0 - l1) * (x1 - x0))
 
 
+def seed_stats(runs, base, step):
+    """Final test loss at `step` over seeds: mean, sd, and the paired difference to the base runs
+    (same seed): its mean, its sd, and whether the gap is established, |mean| > 2 sd of the
+    differences (needs two pairs or more). Runs that have not reached `step` are left out."""
+    def at(group):
+        return {r["config"].get("seed"): float(r["loss"][r["step"] == step][0]) for r in group if step in r["step"]}
+    own, ref = at(runs), at(base or [])
+    x = np.array(list(own.values()))
+    d = np.array([own[k] - ref[k] for k in own if k in ref])
+    sd = lambda a: float(a.std(ddof=1)) if len(a) > 1 else None
+    paired = base is not None and base is not runs and len(d) > 0
+    return {"mean": float(x.mean()) if len(x) else None, "sd": sd(x), "pairs": len(d) if paired else 0,
+            "diff": float(d.mean()) if paired else None, "diff_sd": sd(d) if paired else None,
+            "real": bool(abs(d.mean()) > 2 * sd(d)) if paired and len(d) > 1 else None}
+
+
 def summarize(runs):
     """One row per design present, in legend order, with its averaged curve and table values."""
     rows = []
@@ -174,7 +195,6 @@ def summarize(runs):
             "attn": attn, "label": STYLE[attn][0], "n": len(group), "curve": c,
             "tokens": c["tokens"][-1] if c else None, "flops": c["flops"][-1] if c else None,
             "loss": c["loss"][-1] if c else None, "bpb": c["bpb"][-1] if c else None,
-            "spread": float(np.ptp(c["finals"])) if c and len(c["finals"]) > 1 else None,
             "kv": kv, "kv_pct": kv / kv_mha if kv is not None and kv_mha else None,
             "params": h.get("params"), "fpt": h.get("flops_per_token"), "paper_fpt": h.get("paper_flops_per_token"),
             "reach_tokens": None, "reach_flops": None, "faster_tokens": None, "faster_flops": None,
@@ -183,6 +203,10 @@ def summarize(runs):
     # the paper's metric: how much sooner a design gets down to the baseline's final test loss.
     # The baseline's own reference point is its final eval, i.e. its whole training budget.
     base = next((r for r in rows if r["attn"] == "mha" and r["curve"]), None)
+    for r in rows:
+        c = r["curve"]
+        r.update(seed_stats(c["runs"], base and base["curve"]["runs"], c["step"][-1]) if c else
+                 seed_stats([], None, None))
     if base is None:
         return rows
     for r in rows:
@@ -202,9 +226,10 @@ def summarize(runs):
     return rows
 
 
-def odd_runs(runs):
+def odd_runs(runs, sweep=False):
     """'name (how it differs)' for every run outside the experiment that most runs are: another
-    shape, data, length or batch than the largest group, or other settings than most of its design."""
+    shape, data, length or batch than the largest group, or (unless a sweep of settings) other
+    settings than most of its design."""
     odd = set()  # ids: a run holds numpy arrays, so `in` on a list of runs would compare them
 
     def split(group, keys):
@@ -217,10 +242,64 @@ def odd_runs(runs):
                                                    if v != c) + ")"
 
     why = list(split(runs, SHAPE_KEYS))
-    for attn in DESIGNS:
+    for attn in DESIGNS if not sweep else []:
         group = [r for r in runs if r["attn"] == attn and id(r) not in odd]
         why += list(split(group, DESIGN_KEYS)) if group else []
     return why
+
+
+def sweep(runs):
+    """The rows of a sweep: one per setting (a design and its cache settings), seeds averaged at the
+    sweep's final eval step, in legend order and by cache size. A setting none of whose seeds has
+    got there yet is listed with no loss."""
+    groups = {}
+    for r in runs:
+        groups.setdefault((r["attn"], tuple(r["config"].get(k) for k in DESIGN_KEYS)), []).append(r)
+    step = max((r["step"][-1] for r in runs if len(r["step"])), default=None)
+    base = next((g for (attn, _), g in groups.items() if attn == "mha"), None)
+    rows = []
+    for (attn, _), group in groups.items():
+        c, h = group[0]["config"], group[0]["header"]
+        setting = {"gqa": f"g={c.get('n_kv_head')}", "lrkv": f"r={c.get('lrkv_rank')}",
+                   "mla": f"d_c={c.get('mla_kv_rank')}" + (" DeepSeek" if c.get("mla_deepseek") else "")}
+        kv, kv_mha = h.get("kv_bytes_per_token"), h.get("mha_kv_bytes_per_token")
+        stats = seed_stats(group, base, step)
+        rows.append({"attn": attn, "label": STYLE[attn][0], "setting": setting.get(attn, ""), "runs": group,
+                     "n": sum(step in r["step"] for r in group), "kv": kv,
+                     "kv_pct": kv / kv_mha if kv is not None and kv_mha else None, "step": step, **stats})
+    return sorted(rows, key=lambda r: (DESIGNS.index(r["attn"]), r["kv_pct"] or 0))
+
+
+def draw_pareto(rows):
+    """Final test loss against KV-cache size, one line per design family, sd error bars."""
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    for attn in DESIGNS:
+        pts = [r for r in rows if r["attn"] == attn and r["mean"] is not None and r["kv_pct"] is not None]
+        if not pts:
+            continue
+        label, color, ls = STYLE[attn]
+        x, y = [100 * r["kv_pct"] for r in pts], [r["mean"] for r in pts]
+        ax.errorbar(x, y, yerr=[r["sd"] or 0 for r in pts], color=color, linestyle=ls, marker="o", capsize=3,
+                    label=label)
+        for r, xi, yi in zip(pts, x, y):
+            ax.annotate(r["setting"], (xi, yi), textcoords="offset points", xytext=(4, 4), fontsize=7, color=color)
+        if attn == "mha":  # the baseline's loss across the whole budget axis
+            ax.axhline(y[0], color=color, linestyle=":", linewidth=1, alpha=0.6)
+    ax.set_xlabel("KV cache per token (% of MHA's)")
+    ax.set_ylabel("Final Test Cross-Entropy Loss (mean over seeds, ± sd)")
+    ax.set_title("What a cache budget buys")
+    ax.grid(alpha=0.3)
+    if ax.get_lines():
+        ax.legend(loc="upper right")
+    fig.tight_layout()
+    return fig, ax
+
+
+def pareto_table(rows, markdown=False):
+    head = ["design", "setting", "KV % MHA", "KV B/tok", "seeds", "test loss", "sd", "Δ MHA", "sd Δ", "gap"]
+    body = [[r["label"], r["setting"] or "-", fmt(r["kv_pct"], ".1%"), fmt(r["kv"], ".0f"), str(r["n"]),
+             fmt(r["mean"], ".4f"), fmt(r["sd"], ".4f"), *gap(r)] for r in rows]
+    return render(head, body, markdown)
 
 
 def paper_config(runs):
@@ -328,21 +407,26 @@ def fmt(x, how):
     return format(x, how)
 
 
+def gap(r):
+    """The paired-difference columns: Δ MHA, its sd, and whether the gap is established."""
+    if r["diff"] is None:
+        return ["-", "-", "-"]
+    return [fmt(r["diff"], "+.4f"), fmt(r["diff_sd"], ".4f"), {True: "real", False: "noise", None: "-"}[r["real"]]]
+
+
 def table(rows, markdown=False):
     """The results table as aligned plain text, or as markdown."""
-    head = ["design", "runs", "tokens", "test loss", "bpb", "KV B/tok", "KV % MHA", "params", "FLOPs/tok",
-            "6N/tok", "tokens to MHA loss", "faster", "FLOPs to MHA loss", "faster (compute)"]
-    body = []
-    for r in rows:
-        body.append([
-            r["label"], str(r["n"]), fmt(r["tokens"], "count"), fmt(r["loss"], ".4f"), fmt(r["bpb"], ".4f"),
-            fmt(r["kv"], ".0f"), fmt(r["kv_pct"], ".1%"), fmt(r["params"], "count"), fmt(r["fpt"], "sci"),
-            fmt(r["paper_fpt"], "sci"),
-            fmt(r["reach_tokens"], "count") if r["reach_tokens"] is not None else r["miss"],
-            fmt(r["faster_tokens"], "+.1%"),
-            fmt(r["reach_flops"], "sci") if r["reach_flops"] is not None else r["miss"],
-            fmt(r["faster_flops"], "+.1%"),
-        ])
+    head = ["design", "seeds", "tokens", "test loss", "sd", "Δ MHA", "sd Δ", "gap", "KV B/tok", "KV % MHA",
+            "params", "FLOPs/tok", "6N/tok", "faster", "faster (compute)"]
+    body = [[r["label"], str(r["n"]), fmt(r["tokens"], "count"), fmt(r["loss"], ".4f"), fmt(r["sd"], ".4f"),
+             *gap(r), fmt(r["kv"], ".0f"), fmt(r["kv_pct"], ".1%"), fmt(r["params"], "count"),
+             fmt(r["fpt"], "sci"), fmt(r["paper_fpt"], "sci"),
+             fmt(r["faster_tokens"], "+.1%") if r["reach_tokens"] is not None else r["miss"],
+             fmt(r["faster_flops"], "+.1%") if r["reach_flops"] is not None else r["miss"]] for r in rows]
+    return render(head, body, markdown)
+
+
+def render(head, body, markdown):
     if markdown:
         lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
         return "\n".join(lines + ["| " + " | ".join(b) + " |" for b in body])
@@ -359,6 +443,7 @@ def main(argv=None):
     p.add_argument("--paper", action="store_true", help="mark the paper's final losses (figure's config only)")
     p.add_argument("--seeds", action="store_true", help="also draw and list every seed's own run")
     p.add_argument("--xmin", type=float, default=0.1, help="start the view at this fraction of the x range")
+    p.add_argument("--pareto", action="store_true", help="a sweep: final loss against KV-cache size per setting")
     args = p.parse_args(argv)
 
     dirs = args.dirs
@@ -383,45 +468,50 @@ def main(argv=None):
     for msg in skipped:
         warn(f"skipping {msg}")
 
-    odd = odd_runs(runs)
+    odd = odd_runs(runs, sweep=args.pareto)
     if odd:
-        print(f"plot.py: not one experiment, so not averaged: {'; '.join(odd)}; move these runs to a "
-              f"folder of their own and plot each folder", file=sys.stderr)
+        print(f"plot.py: not one experiment, so not averaged: {'; '.join(odd)}; move these runs to a folder of "
+              f"their own and plot each folder{'' if args.pareto else '; a sweep of settings? add --pareto'}",
+              file=sys.stderr)
         return 2
-    rows = summarize(runs)
-    paper = False
-    if args.paper:
-        paper, why = paper_config(runs)
-        if not paper:
-            print(f"note: --paper overlay skipped: {why}")
-    fig, ax, top = draw(rows, x=args.x, paper=paper, seeds=args.seeds, xmin=args.xmin)
-
-    base = next((r for r in rows if r["attn"] == "mha" and r["curve"]), None)
-    notes = []
-    if base:
-        notes.append(f"target: Standard MHA's final test loss {base['loss']:.4f} at {fmt(base['tokens'], 'count')} "
-                     f"tokens; faster = 1 - design/MHA, interpolated between evals")
+    rule = ("Δ MHA: the mean over seeds of (design - MHA) in final test loss, same seed; gap 'real' when "
+            "|Δ| > 2 sd of those differences, 'noise' when not, '-' with fewer than two pairs")
+    if args.pareto:
+        rows = sweep(runs)
+        fig, ax = draw_pareto(rows)
+        text, md_table = pareto_table(rows), pareto_table(rows, markdown=True)
+        notes = [f"final test loss at step {rows[0]['step']} of every setting (mean over the seeds that reached "
+                 f"it); KV cache per token as the run's header counts it", rule]
+        name, md_name = "figure_pareto", "pareto.md"
     else:
-        notes.append("no Standard MHA run with an eval: nothing to measure 'faster' against")
-    for r in rows:
-        if r["spread"] is not None:
-            notes.append(f"seed noise {r['label']}: final test loss spread (max-min) {r['spread']:.4f} "
-                         f"over {len(r['curve']['runs'])} runs at step {r['curve']['step'][-1]}")
-    if args.seeds:
-        for r in runs:
-            last = f"{r['loss'][-1]:.4f} at step {r['step'][-1]}" if len(r["step"]) else "no eval yet"
-            notes.append(f"run {r['name']} ({r['attn']}, seed {r['config'].get('seed', '?')}): {last}")
-    print(table(rows))
+        rows = summarize(runs)
+        paper = False
+        if args.paper:
+            paper, why = paper_config(runs)
+            if not paper:
+                print(f"note: --paper overlay skipped: {why}")
+        fig, ax, top = draw(rows, x=args.x, paper=paper, seeds=args.seeds, xmin=args.xmin)
+        text, md_table = table(rows), table(rows, markdown=True)
+        base = next((r for r in rows if r["attn"] == "mha" and r["curve"]), None)
+        notes = [f"target: Standard MHA's final test loss {base['loss']:.4f} at {fmt(base['tokens'], 'count')} "
+                 f"tokens; faster = 1 - design/MHA tokens (or FLOPs) to get there, interpolated between evals"
+                 if base else "no Standard MHA run with an eval: nothing to measure 'faster' against", rule]
+        if args.seeds:
+            for r in runs:
+                last = f"{r['loss'][-1]:.4f} at step {r['step'][-1]}" if len(r["step"]) else "no eval yet"
+                notes.append(f"run {r['name']} ({r['attn']}, seed {r['config'].get('seed', '?')}): {last}")
+        name, md_name = f"figure_{args.x}", "results.md"
+    print(text)
     print("\n".join(notes))
 
     out = args.out or (dirs[0] if os.path.isdir(dirs[0]) else os.path.dirname(dirs[0]))  # beside the logs
-    png, pdf, md = (os.path.join(out, f) for f in (f"figure_{args.x}.png", f"figure_{args.x}.pdf", "results.md"))
+    png, pdf, md = (os.path.join(out, f) for f in (f"{name}.png", f"{name}.pdf", md_name))
     try:
         os.makedirs(out, exist_ok=True)
         fig.savefig(png, dpi=150)
         fig.savefig(pdf)
         with open(md, "w") as f:
-            f.write("# Results\n\n" + table(rows, markdown=True) + "\n\n" + "\n".join(f"- {n}" for n in notes) + "\n")
+            f.write("# Results\n\n" + md_table + "\n\n" + "\n".join(f"- {n}" for n in notes) + "\n")
     except OSError as e:
         print(f"plot.py: cannot write to {out}: {e}", file=sys.stderr)
         return 2

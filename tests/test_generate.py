@@ -193,6 +193,23 @@ def test_gqa_has_the_gram_of_mha_with_its_kv_heads_copied():
         torch.testing.assert_close(a["gram"], b["gram"])
 
 
+def test_lrkv_decode_without_rebuilding_keys_equals_rebuilding_them():
+    # decode moves RoPE onto the query and reads cached key norms; the training path (prefix and
+    # all) rebuilds every key, RoPEs and normalises it: the same attention output, to rounding
+    from attention import KVCache
+    cfg = tiny("lrkv", attn_scale=1.7)
+    model = randomized(cfg)
+    att = model.h[0].attn
+    x = torch.randn(2, 20, cfg.n_embd, generator=torch.Generator().manual_seed(3))
+    cache = KVCache(24)
+    with torch.no_grad():
+        att(x[:, :12], model.cos, model.sin, cache=cache)  # prefill 0..11
+        ys = [att(x[:, t:t + 1], model.cos, model.sin, cache=cache, pos=torch.tensor([t])) for t in range(12, 20)]
+        full = att(x, model.cos, model.sin)  # (2, 20, C)
+    assert cache.buf["k_inv"].shape == (2, 24, cfg.n_head) and cache.buf["k_s"].shape == (2, 24, cfg.head_dim)
+    torch.testing.assert_close(torch.cat(ys, 1), full[:, 12:], rtol=1e-5, atol=1e-5)
+
+
 def test_kv_table_allocated_bytes_equal_formula():
     cfg = tiny("gqa")
     rows = ev.kv_table(cfg, 24, batch=2)
@@ -202,7 +219,7 @@ def test_kv_table_allocated_bytes_equal_formula():
     pct = {r["design"]: r["pct_mha"] for r in rows}
     H, d_h, r = cfg.n_head, cfg.head_dim, cfg.lrkv_rank
     assert pct["mha"] == 100 and pct["gqa"] == 50 and pct["mqa"] == 25
-    assert pct["lrkv"] == pytest.approx(100 * (1 / H + r / d_h))  # paper Eq. 9
+    assert pct["lrkv"] == pytest.approx(100 * (1 / H + r / d_h + 1 / (2 * d_h)))  # Eq. 9 + H key norms
     with pytest.raises(ValueError, match="block_size=32"):
         ev.kv_table(cfg, 33)
 

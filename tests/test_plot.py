@@ -109,16 +109,18 @@ def test_summary_values_by_hand(runs_dir, capsys):
     assert rows["lrkv"]["faster_flops"] == pytest.approx(1 - 11 / 3 * 0.98 / 5)
     assert rows["gqa"]["n"] == 2 and rows["gqa"]["loss"] == pytest.approx(2.79)
     assert rows["gqa"]["reach_tokens"] == pytest.approx(4 * M + 0.05 / 0.06 * M)
-    assert rows["gqa"]["spread"] == pytest.approx(0.02)
+    assert rows["gqa"]["sd"] == pytest.approx(np.std([2.78, 2.80], ddof=1))
+    assert rows["gqa"]["diff"] == pytest.approx(2.78 - 2.8)  # paired with MHA's seed 0 only: one pair
+    assert rows["gqa"]["pairs"] == 1 and rows["gqa"]["diff_sd"] is None and rows["gqa"]["real"] is None
     assert rows["gqa"]["curve"]["lo"][3] == pytest.approx(2.95) and rows["gqa"]["curve"]["hi"][3] == pytest.approx(3.05)
     assert rows["mla"]["loss"] == pytest.approx(2.95) and rows["mla"]["reach_tokens"] is None
     assert rows["mqa"]["reach_tokens"] is None
-    assert rows["lrkv"]["spread"] is None
+    assert rows["lrkv"]["sd"] is None and rows["mha"]["diff"] is None
     assert rows["gqa"]["kv_pct"] == pytest.approx(0.5) and rows["mla"]["kv_pct"] == pytest.approx(0.125)
     text = plot.table(list(rows.values()))
     line = {l.split()[0] if not l.startswith("Standard") else "mha": l for l in text.splitlines()}
-    assert "3.67M" in line["LRKV"] and "+26.7%" in line["LRKV"] and "+28.1%" in line["LRKV"]
-    assert "4.83M" in line["GQA"] and "2.7900" in line["GQA"] and "50.0%" in line["GQA"]
+    assert "+26.7%" in line["LRKV"] and "+28.1%" in line["LRKV"] and "-0.1000" in line["LRKV"]
+    assert "+3.3%" in line["GQA"] and "2.7900" in line["GQA"] and "50.0%" in line["GQA"] and "0.0141" in line["GQA"]
     assert "not yet" in line["MLA"] and "never" in line["MQA"] and "never" not in line["MLA"]
     assert len({len(l) for l in text.splitlines()}) == 1  # aligned columns
     md = plot.table(list(rows.values()), markdown=True).splitlines()
@@ -170,8 +172,8 @@ def test_main_writes_files_and_prints_table(runs_dir, tmp_path, capsys):
     assert (out / "figure_tokens.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (out / "figure_tokens.pdf").read_bytes()[:5] == b"%PDF-"
     md = (out / "results.md").read_text()
-    assert "| LRKV | 1 | 5M | 2.7000 |" in md and "seed noise GQA" in md and "0.0200" in md
-    assert "seed noise GQA" in stdout and "figure_tokens.png" in stdout
+    assert "| LRKV | 1 | 5M | 2.7000 | - | -0.1000 |" in md and "| GQA | 2 | 5M | 2.7900 | 0.0141 |" in md
+    assert "gap 'real' when" in md and "figure_tokens.png" in stdout
     # without --out, beside the logs; --x=flops leaves the token figure alone
     before = (out / "figure_tokens.png").read_bytes()
     assert plot.main([str(runs_dir)]) == 0 and plot.main([str(runs_dir), "--x=flops"]) == 0
@@ -207,7 +209,71 @@ def test_no_eval_run_listed_not_drawn(tmp_path, capsys):
     fig, ax, _ = plot.draw(rows)
     assert [l.get_label() for l in ax.get_lines()] == ["Standard MHA"]
     gqa = [l for l in plot.table(rows).splitlines() if l.startswith("GQA")][0].split()
-    assert gqa[1] == "1" and gqa[2:5] == ["-", "-", "-"] and gqa[-4:] == ["-", "-", "-", "-"]
+    assert gqa[1] == "1" and gqa[2:8] == ["-"] * 6 and gqa[-2:] == ["-", "-"]
+
+
+def test_paired_statistics_by_hand():
+    # three seeds; LRKV is 0.03-0.05 below MHA on every seed (a real gap), MQA is above on two seeds
+    # and below on one (noise), though its mean alone looks as big
+    final = {"mha": [2.80, 2.90, 2.85], "lrkv": [2.76, 2.85, 2.82], "mqa": [2.90, 2.95, 2.75]}
+    runs = []
+    for attn, losses in final.items():
+        for seed, last in enumerate(losses):
+            path = write(f"/tmp/_unused/{attn}{seed}", [header(attn, f"{attn}{seed}", seed=seed)]
+                         + step_lines(attn, [4.0, 3.0, last]))
+            runs.append(plot.load_run(os.path.join(path, "log.jsonl")))
+    rows = {r["attn"]: r for r in plot.summarize(runs)}
+    d = np.array(final["lrkv"]) - np.array(final["mha"])  # -0.04, -0.05, -0.03
+    assert rows["lrkv"]["mean"] == pytest.approx(np.mean(final["lrkv"])) == pytest.approx(rows["lrkv"]["loss"])
+    assert rows["lrkv"]["sd"] == pytest.approx(np.std(final["lrkv"], ddof=1))
+    assert rows["lrkv"]["diff"] == pytest.approx(-0.04) and rows["lrkv"]["diff_sd"] == pytest.approx(0.01)
+    assert rows["lrkv"]["pairs"] == 3 and rows["lrkv"]["real"] is True  # 0.04 > 2 x 0.01
+    assert rows["lrkv"]["diff_sd"] == pytest.approx(d.std(ddof=1))
+    assert rows["mqa"]["diff"] == pytest.approx(0.05 / 3) and rows["mqa"]["real"] is False  # sd 0.1
+    assert rows["mha"]["diff"] is None and rows["mha"]["real"] is None
+    line = [l for l in plot.table(list(rows.values())).splitlines() if l.startswith("LRKV")][0]
+    assert "-0.0400" in line and "0.0100" in line and " real " in line
+
+
+def sweep_dir(tmp_path):
+    """A sweep: MHA, LRKV at r=2 and 8, GQA at 1 and 2 K/V heads, two seeds each, final losses known."""
+    d = tmp_path / "pareto"
+    final = {("mha", None): [2.80, 2.82], ("lrkv", 2): [2.90, 2.93], ("lrkv", 8): [2.78, 2.83],
+             ("gqa", 1): [2.95, 2.99], ("gqa", 2): [2.86, 2.86]}
+    mha_kv = 2 * SMALL["n_layer"] * SMALL["n_embd"] * 2
+    for (attn, k), losses in final.items():
+        for seed, last in enumerate(losses):
+            h = header(attn, f"{attn}{k}_s{seed}", seed=seed)
+            if attn == "lrkv":
+                h["config"]["lrkv_rank"], h["kv_bytes_per_token"] = k, mha_kv * (32 + 4 * k) // 128
+            if attn == "gqa":
+                h["config"]["n_kv_head"], h["kv_bytes_per_token"] = k, mha_kv * k // 4
+            write(d / h["run"], [h] + step_lines(attn, [4.0, 3.0, last]))
+    return d
+
+
+def test_pareto_sweep_points_and_files(tmp_path, capsys):
+    d = sweep_dir(tmp_path)
+    assert plot.main([str(d)]) == 2  # a sweep is not one figure's experiment: refused, with the way out
+    assert "add --pareto" in capsys.readouterr().err
+    assert plot.main([str(d), "--pareto"]) == 0
+    assert {"figure_pareto.png", "figure_pareto.pdf", "pareto.md"} <= set(os.listdir(d))
+    assert not (d / "results.md").exists()
+    rows = plot.sweep([plot.load_run(p) for p in plot.find_runs([str(d)])])
+    assert [(r["attn"], r["setting"]) for r in rows] == [
+        ("mha", ""), ("lrkv", "r=2"), ("lrkv", "r=8"), ("gqa", "g=1"), ("gqa", "g=2")]
+    assert [r["kv_pct"] for r in rows] == pytest.approx([1.0, 40 / 128, 64 / 128, 0.25, 0.5])
+    r8 = rows[2]
+    assert r8["mean"] == pytest.approx(2.805) and r8["n"] == 2 and r8["diff"] == pytest.approx(-0.005)
+    assert r8["diff_sd"] == pytest.approx(np.std([-0.02, 0.01], ddof=1)) and r8["real"] is False  # -0.02, +0.01
+    assert rows[4]["diff"] == pytest.approx(0.05) and rows[4]["real"] is True  # +0.06, +0.04
+    fig, ax = plot.draw_pareto(rows)
+    lines = {c.get_label(): c.lines[0] for c in ax.containers}  # errorbar: data line, caps, bars
+    assert sorted(lines) == ["GQA", "LRKV", "Standard MHA"]
+    assert lines["LRKV"].get_xdata().tolist() == pytest.approx([100 * 40 / 128, 50.0])
+    assert lines["GQA"].get_ydata().tolist() == pytest.approx([2.97, 2.86])
+    md = (d / "pareto.md").read_text()
+    assert "| LRKV | r=8 | 50.0% |" in md and "| GQA | g=2 | 50.0% |" in md and "| +0.0500 | 0.0141 | real |" in md
 
 
 def test_paper_overlay_only_for_the_figures_config(runs_dir, tmp_path, capsys):

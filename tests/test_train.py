@@ -284,3 +284,27 @@ def test_trains_on_your_own_text(tmp_path):
     assert "more than once" in p.stderr  # 12 steps of 256 tokens from 9 documents of ~265 bytes
     header, steps = read_log(tmp_path / "r" / "log.jsonl")
     assert header["config"]["dataset"] == "mine" and steps[-1]["step"] == 12 and steps[-1]["test_loss"] > 0
+
+
+def test_pareto_sweep_runs_every_setting_once_and_redoes_nothing(tmp_path):
+    out = tmp_path / "sweep"
+    env = {**os.environ, "OUT": str(out), "PYTHON": sys.executable, "MPLBACKEND": "Agg", "SWEEP": "pareto",
+           "SEEDS": "0"}
+    shape = ["--n_layer=1", "--n_head=2", "--n_embd=64", "--block_size=16", "--batch_size=2",  # d_h 32: r up to 20
+             "--total_batch_tokens=32", "--eval_tokens=64", "--warmup_iters=1", "--eval_interval=2"]
+    cmd = ["bash", os.path.join(ROOT, "reproduce.sh"), f"--data_dir={DATA}", *shape, "--max_iters=2"]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr[-3000:] + p.stdout[-3000:]
+    runs = sorted(r for r in os.listdir(out) if os.path.isdir(out / r))
+    assert runs == sorted(["mha_s0", "gqa1_s0", "gqa2_s0", "lrkv2_s0", "lrkv4_s0", "lrkv8_s0", "lrkv13_s0",
+                           "lrkv20_s0", "mla32_s0", "mla64_s0", "mla128_s0"])
+    header, steps = read_log(out / "lrkv8_s0" / "log.jsonl")
+    assert header["config"]["lrkv_rank"] == 8 and [s["step"] for s in steps] == [0, 1, 2]
+    assert read_log(out / "mla128_s0" / "log.jsonl")[0]["config"]["mla_kv_rank"] == 128
+    table = (out / "pareto.md").read_text()
+    assert "| LRKV | r=20 |" in table and "| GQA | g=1 |" in table and "| MLA | d_c=128 |" in table
+    # run again, as after an interruption: the finished runs are not redone (their logs do not grow)
+    logs = {r: (out / r / "log.jsonl").read_text() for r in runs}
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert {r: (out / r / "log.jsonl").read_text() for r in runs} == logs
