@@ -7,6 +7,7 @@
 #   SWEEP=pareto bash reproduce.sh     # loss against KV-cache size: 11 settings x 3 seeds (about 70 minutes), 300 steps, into out/pareto/
 #   OUT=out/mine bash reproduce.sh     # another folder (runs there are the reproduction's alone)
 #   DESIGNS="mha lrkv" JOBS=1 PYTHON=python bash reproduce.sh   # some designs, one at a time, an existing Python
+#   DRY=1 SWEEP=pareto bash reproduce.sh   # print the train.py commands, run nothing
 # Extra arguments go to every train.py run, e.g. bash reproduce.sh --max_iters=300 (then use another OUT).
 # Interrupted? Run the same command again: every run continues where it stopped (train.py --resume),
 # finished runs are not redone.
@@ -15,7 +16,7 @@ cd "$(dirname "$0")"
 PY=${PYTHON:-.venv/bin/python}
 JOBS=${JOBS:-2}  # runs at once, cores/JOBS threads each (two 1-thread runs beat one 2-thread run)
 CORES=$(nproc)
-if [ -z "${PYTHON:-}" ] && [ ! -x .venv/bin/python ]; then
+if [ -z "${PYTHON:-}" ] && [ ! -x .venv/bin/python ] && [ -z "${DRY:-}" ]; then
   python3 -m venv .venv
   .venv/bin/pip install -q -r requirements.txt
 fi
@@ -43,6 +44,10 @@ else
   plot=""
 fi
 
+if [ -n "${DRY:-}" ]; then
+  runs | while read -r run args; do echo "train.py $args --seed=${run##*_s} --out_dir=$OUT --run_name=$run $*"; done
+  exit 0
+fi
 pids=()
 left=$(runs | wc -l)
 threads=$(( CORES / JOBS > 0 ? CORES / JOBS : 1 ))
