@@ -302,6 +302,6 @@ def test_pareto_sweep_lists_every_setting_and_seed():
     runs = [c.split("--run_name=")[1].split()[0] for c in cmds]
     settings = ["mha", "gqa1", "gqa2", "lrkv2", "lrkv4", "lrkv8", "lrkv13", "lrkv20", "mla32", "mla64", "mla128"]
     assert runs == [f"{x}_s{s}" for s in range(3) for x in settings]
-    assert "--attn=lrkv --lrkv_rank=13 --max_iters=300 --seed=2" in cmds[6 + 22]
-    assert "--attn=mla --mla_kv_rank=128 --max_iters=300 --seed=1" in cmds[10 + 11]
+    assert "--attn=lrkv --lrkv_rank=13 --max_iters=300 --eval_interval=150 --seed=2" in cmds[6 + 22]
+    assert "--attn=mla --mla_kv_rank=128 --max_iters=300 --eval_interval=150 --seed=1" in cmds[10 + 11]
 
