@@ -68,6 +68,26 @@ def train_flops_per_token(cfg):
     return 6 * matmul_weights + 6 * cfg.n_layer * cfg.block_size * cfg.n_head * (d_qk(cfg) + cfg.head_dim)
 
 
+def decode_flops_per_token(cfg, T):
+    """Forward FLOPs to generate one token that attends over T cached tokens (itself included):
+    2 × every weight multiplied (absorbed MLA and LRKV's decode multiply the same weights, in
+    another order), plus each design's attention over the cache as its decode step computes it:
+        mha, gqa, mqa  scores and values                                    4·H·d_h·T
+        mla            absorbed: in the latent space, the whole key as value  4·H·(d_c + d_r)·T
+        lrkv           shared scores and values 4·H·d_h·T, B_hᵀ RoPE_s⁻¹ q at every position
+                       2·H·r·d_h·T, its dot with R_h^K and the value latents 4·H·r·T
+    This is the math's count at context T; a static cache of max_len slots computes over all of them."""
+    H, d_h = cfg.n_head, cfg.head_dim
+    matmul_weights = params(cfg) - cfg.vocab_size * cfg.n_embd - cfg.n_layer * norm_params_per_layer(cfg)
+    if cfg.attn == "mla":
+        attn = 4 * H * (cfg.mla_kv_rank + cfg.mla_rope_dim)
+    elif cfg.attn == "lrkv":
+        attn = 4 * H * d_h + 2 * H * cfg.lrkv_rank * d_h + 4 * H * cfg.lrkv_rank
+    else:
+        attn = 4 * H * d_h
+    return 2 * matmul_weights + cfg.n_layer * attn * T
+
+
 def paper_flops_per_token(cfg):
     """The paper's convention for its figure: 6·N, N all parameters (153.6 EF = 6·512M·50B)."""
     return 6 * params(cfg)
@@ -159,13 +179,14 @@ def table(name):
     cfgs = {a: preset(name, attn=a) for a in DESIGNS}
     mha_cache, mha_kvp = kv_cache_bytes_per_token(cfgs["mha"]), kv_params(cfgs["mha"])
     rows = [f"{'design':6} {'setting':>10} {'params':>9} {'K/V params':>10} {'% MHA':>6} {'train GFLOP/tok':>15} "
-            f"{'6N GFLOP/tok':>12} {'KV KiB/tok':>10} {'KV % MHA':>8}"]
+            f"{'6N GFLOP/tok':>12} {'KV KiB/tok':>10} {'KV % MHA':>8} {'decode GFLOP/tok':>16}"]
     for a, cfg in cfgs.items():
         cache = kv_cache_bytes_per_token(cfg)
         rows.append(f"{a:6} {setting(cfg):>10} {params(cfg) / 1e6:8.1f}M "
                     f"{kv_params(cfg) / 1e6:9.1f}M {100 * kv_params(cfg) / mha_kvp:5.1f}% "
                     f"{train_flops_per_token(cfg) / 1e9:15.3f} {paper_flops_per_token(cfg) / 1e9:12.3f} "
-                    f"{cache / 1024:10.1f} {100 * cache / mha_cache:7.1f}%")
+                    f"{cache / 1024:10.1f} {100 * cache / mha_cache:7.1f}% "
+                    f"{decode_flops_per_token(cfg, cfg.block_size) / 1e9:16.3f}")
     return rows
 
 
@@ -175,6 +196,7 @@ if __name__ == "__main__":
         sys.exit(f"unknown preset {name!r}; use one of {', '.join(PRESETS)}")
     c = preset(name)
     print(f"preset {name}: {c.n_layer} layers, {c.n_head} heads, d_model {c.n_embd}, "
-          f"d_h {c.head_dim}, context {c.block_size}, vocab {c.vocab_size}; KV cache in bf16")
+          f"d_h {c.head_dim}, context {c.block_size}, vocab {c.vocab_size}; KV cache in bf16; "
+          f"decode: one token generated after a full context")
     print("\n".join(table(name)))
     print("\n".join([""] + memory_table(name)))

@@ -181,6 +181,19 @@ def test_train_flops_equal_flop_counter(attn, kw):
 
 
 @pytest.mark.parametrize("attn, kw", VARIANTS)
+def test_decode_flops_per_token_equal_torchs_counter(attn, kw):
+    cfg = tiny(attn, **kw)
+    model = randomized(cfg)
+    idx = tokens(cfg, B=1, T=20)
+    caches = model.new_caches(max_len=20)  # the new token at position 19 attends over all 20 slots
+    with torch.no_grad():
+        model(idx[:, :19], caches=caches)
+        with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+            model(idx[:, 19:], caches=caches, pos=torch.tensor([19]))
+    assert counter.get_total_flops() == flops.decode_flops_per_token(cfg, 20)
+
+
+@pytest.mark.parametrize("attn, kw", VARIANTS)
 def test_cache_bytes_allocated_equal_formula(attn, kw):
     cfg = tiny(attn, **kw)
     model = randomized(cfg)
