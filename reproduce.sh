@@ -14,7 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 PY=${PYTHON:-.venv/bin/python}
-JOBS=${JOBS:-2}  # runs at once, cores/JOBS threads each (two 1-thread runs beat one 2-thread run)
+JOBS=${JOBS:-2}  # runs at once, cores/JOBS threads each (on 2 cores about as fast as one run on both)
 CORES=$(nproc)
 if [ -z "${PYTHON:-}" ] && [ ! -x .venv/bin/python ] && [ -z "${DRY:-}" ]; then
   python3 -m venv .venv
