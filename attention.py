@@ -187,12 +187,15 @@ class LRKV(nn.Module):
     X W_s^K (rotated), X W_s^V (d_h each), the latents R_h = X U_h (r each, per head) and each
     head's key norm: 2·d_h + 2·H·r + H (the paper counts 2·d_h + 2·H·r; the H norms save decode
     from rebuilding every key).
+    lrkv_factored (beyond the paper): RoPE on the shared key only, K_h = RoPE(K_s) + R_h B_hᵀ, so
+    q·K_h = q·RoPE(K_s) + (q B_h)·R_h exactly (the paper's Eq. 6, made true): decode absorbs B_h
+    into the query and reads only the small cache, as MLA does with its decoupled k_pe.
     K and V are separate weights, as in MHA; B_k, B_v stack the per-head B_h, (H·d_h, r), and are
     block-diagonal maps (head h's latent to head h's residual only): Muon treats them per head."""
 
     def __init__(self, cfg):
         super().__init__()
-        self.H, self.d_h, self.r = cfg.n_head, cfg.head_dim, cfg.lrkv_rank
+        self.H, self.d_h, self.r, self.factored = cfg.n_head, cfg.head_dim, cfg.lrkv_rank, cfg.lrkv_factored
         C, H, r, d_h = cfg.n_embd, self.H, self.r, self.d_h
         self.scale = cfg.attn_scale / math.sqrt(d_h)  # as MHA: logits bounded by attn_scale·√d_h
         self.c_q = nn.Linear(C, H * d_h, bias=False)  # queries stay full rank per head
@@ -226,35 +229,31 @@ class LRKV(nn.Module):
         k_s, v_s = self.W_sk(x), self.W_sv(x)  # (B, T, d_h) each: X W_s^K, X W_s^V
         r_k, r_v = self.U_k(x).view(B, T, H, r), self.U_v(x).view(B, T, H, r)  # (B, T, H, r): R_h = X U_h
         B_k, B_v = self.B_k.view(H, d_h, r), self.B_v.view(H, d_h, r)
+        if self.factored:  # RoPE on the shared key alone: K_h = RoPE(K_s) + R_h B_hᵀ
+            k_s = rope(k_s.unsqueeze(2), *at(cos, sin, T, pos)).squeeze(2)  # (B, T, d_h)
         k = k_s.unsqueeze(2) + torch.einsum("bthr,hdr->bthd", r_k, B_k)  # (B, T, H, d_h): K_h, Eq. 2
         if cache is not None:
             # the small cache, 2·d_h + 2·H·r + H: the shared key already rotated (RoPE is linear),
             # the latents, and each head's 1/rms (QK-norm's divisor), so decode never rebuilds a key
             k_inv = (k.pow(2).mean(-1) + torch.finfo(k.dtype).eps).rsqrt()  # (B, T, H), as F.rms_norm
-            k_s = rope(k_s.unsqueeze(2), *at(cos, sin, T, pos)).squeeze(2)  # (B, T, d_h)
+            if not self.factored:
+                k_s = rope(k_s.unsqueeze(2), *at(cos, sin, T, pos)).squeeze(2)  # (B, T, d_h)
             c, mask = cache.write(pos, k_s=k_s, k_inv=k_inv, v_s=v_s, r_k=r_k, r_v=r_v)
         if pos is None:
             # training, or a prefill: materialise every head's K_h and V_h (Eqs. 2-3), attend as MHA
             v = v_s.unsqueeze(2) + torch.einsum("bthr,hdr->bthd", r_v, B_v)  # (B, T, H, d_h)
-            k = norm(rope(k, cos[:T], sin[:T]))
+            k = norm(k if self.factored else rope(k, cos[:T], sin[:T]))
             y = attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), self.scale)  # (B, H, T, d_h)
             return self.c_proj(y.transpose(1, 2).reshape(B, T, H * d_h))
-        # decode, exactly. RoPE rotates the whole key by its position s and QK-norm divides it by its
-        # rms, so the paper's Eq. 6 shortcut RoPE(K_s) + RoPE(R) B_hᵀ is not the key. But a rotation
-        # moves to the query: q·RoPE_s(K_s + R_s B_hᵀ) = q·RoPE_s(K_s) + (B_hᵀ RoPE_s⁻¹(q))·R_s.
-        # With halves q1, q2 and angles (cos_s, sin_s) per frequency f, RoPE_s⁻¹(q) =
-        # [q1 cos_s - q2 sin_s, q1 sin_s + q2 cos_s], so (B_hᵀ RoPE_s⁻¹ q)_j is a sum over f of
-        # cos_sf·(B1 q1 + B2 q2)_fj + sin_sf·(B2 q1 - B1 q2)_fj: one (Tk, d_h) x (d_h, H·r) product with
-        # the RoPE table, and no (Tk, H, d_h) keys, no RoPE or norm over the cache at every step.
-        Tk, d = c["k_s"].size(1), d_h // 2
+        # decode, exactly, from the small cache: scores q·K_h/rms(K_h) = (shared + residual part)·k_inv
         qt = q.transpose(1, 2)  # (B, H, T, d_h)
         att = qt @ c["k_s"].unsqueeze(1).transpose(-2, -1)  # (B, H, T, Tk): q·RoPE_s(K_s)
-        q1, q2 = q[..., :d].unsqueeze(-1), q[..., d:].unsqueeze(-1)  # (B, T, H, d/2, 1)
-        B1, B2 = B_k[:, :d], B_k[:, d:]  # (H, d/2, r)
-        P = torch.cat([q1 * B1 + q2 * B2, q1 * B2 - q2 * B1], dim=-2)  # (B, T, H, d_h, r)
-        trig = torch.cat([cos[:Tk], sin[:Tk]], dim=-1).to(q.dtype)  # (Tk, d_h)
-        qB = torch.einsum("sf,bthfr->bhtsr", trig, P)  # (B, H, T, Tk, r): B_hᵀ RoPE_s⁻¹(q) for every s
-        att = att + torch.einsum("bhtsr,bshr->bhts", qB, c["r_k"])  # (B, H, T, Tk): + (B_hᵀ RoPE_s⁻¹ q)·R_s
+        if self.factored:  # the residual is not rotated: B_h moves into the query, Eq. 6
+            qB = torch.einsum("bthd,hdr->bthr", q, B_k)  # (B, T, H, r): q B_h
+            att = att + torch.einsum("bthr,bshr->bhts", qB, c["r_k"])  # (B, H, T, Tk): + (q B_h)·R_s
+        else:
+            Tk = c["k_s"].size(1)
+            att = att + self.rotated_residual_scores(q, B_k, cos[:Tk], sin[:Tk], c["r_k"])
         att = att * c["k_inv"].transpose(1, 2).unsqueeze(2) * self.scale  # QK-norm of the key, then scale
         att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
         # values never need rebuilding, Eq. 7: a V_h = a V_s + (a R_h^V) B_h^Vᵀ
@@ -262,6 +261,23 @@ class LRKV(nn.Module):
         a_r = torch.einsum("bhts,bshr->bhtr", att, c["r_v"])  # (B, H, T, r): a R_h^V
         y = y + torch.einsum("bhtr,hdr->bhtd", a_r, B_v)  # (B, H, T, d_h)
         return self.c_proj(y.transpose(1, 2).reshape(B, T, H * d_h))
+
+    @staticmethod
+    def rotated_residual_scores(q, B_k, cos, sin, r_k):
+        """The paper's keys: RoPE rotates the whole key RoPE_s(K_s + R_s B_hᵀ) by its position s, so
+        Eq. 6's shortcut RoPE(K_s) + RoPE(R) B_hᵀ is not the key. But a rotation moves to the query:
+        q·RoPE_s(R_s B_hᵀ) = (B_hᵀ RoPE_s⁻¹ q)·R_s, and with halves q1, q2 and angles (cos_s, sin_s)
+        per frequency f, RoPE_s⁻¹ q = [q1 cos_s - q2 sin_s, q1 sin_s + q2 cos_s], so
+        (B_hᵀ RoPE_s⁻¹ q)_j = Σ_f cos_sf·(B1 q1 + B2 q2)_fj + sin_sf·(B2 q1 - B1 q2)_fj: one
+        (Tk, d_h) x (d_h, H·r) product with the RoPE table, no (Tk, H, d_h) keys in memory.
+        q (B, T, H, d_h), B_k (H, d_h, r), cos/sin (Tk, d_h/2), r_k (B, Tk, H, r) -> (B, H, T, Tk)."""
+        d = q.size(-1) // 2
+        q1, q2 = q[..., :d].unsqueeze(-1), q[..., d:].unsqueeze(-1)  # (B, T, H, d/2, 1)
+        B1, B2 = B_k[:, :d], B_k[:, d:]  # (H, d/2, r)
+        P = torch.cat([q1 * B1 + q2 * B2, q1 * B2 - q2 * B1], dim=-2)  # (B, T, H, d_h, r)
+        trig = torch.cat([cos, sin], dim=-1).to(q.dtype)  # (Tk, d_h)
+        qB = torch.einsum("sf,bthfr->bhtsr", trig, P)  # (B, H, T, Tk, r): B_hᵀ RoPE_s⁻¹(q) for every s
+        return torch.einsum("bhtsr,bshr->bhts", qB, r_k)
 
 
 ATTENTION = {"mha": GroupedQueryAttention, "gqa": GroupedQueryAttention,

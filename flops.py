@@ -76,11 +76,15 @@ def decode_flops_per_token(cfg, T):
         mla            absorbed: in the latent space, the whole key as value  4·H·(d_c + d_r)·T
         lrkv           shared scores and values 4·H·d_h·T, B_hᵀ RoPE_s⁻¹ q at every position
                        2·H·r·d_h·T, its dot with R_h^K and the value latents 4·H·r·T
+        lrkv factored  4·H·(d_h + r)·T, and q B_h once: 2·H·d_h·r
     This is the math's count at context T; a static cache of max_len slots computes over all of them."""
     H, d_h = cfg.n_head, cfg.head_dim
     matmul_weights = params(cfg) - cfg.vocab_size * cfg.n_embd - cfg.n_layer * norm_params_per_layer(cfg)
     if cfg.attn == "mla":
         attn = 4 * H * (cfg.mla_kv_rank + cfg.mla_rope_dim)
+    elif cfg.attn == "lrkv" and cfg.lrkv_factored:
+        attn = 4 * H * (d_h + cfg.lrkv_rank)
+        matmul_weights += cfg.n_layer * H * d_h * cfg.lrkv_rank  # B_k twice: the new key's norm, and q B_h
     elif cfg.attn == "lrkv":
         attn = 4 * H * d_h + 2 * H * cfg.lrkv_rank * d_h + 4 * H * cfg.lrkv_rank
     else:
@@ -171,7 +175,7 @@ def setting(cfg):
     """A design's own knob, for tables: K/V heads, MLA's d_c or LRKV's r."""
     mla = f"d_c={cfg.mla_kv_rank}" + (",ds" if cfg.mla_deepseek else "")
     return {"gqa": f"kv={cfg.n_kv_head}", "mqa": "kv=1", "mla": mla,
-            "lrkv": f"r={cfg.lrkv_rank}"}.get(cfg.attn, f"kv={cfg.n_head}")
+            "lrkv": f"r={cfg.lrkv_rank}" + (",f" if cfg.lrkv_factored else "")}.get(cfg.attn, f"kv={cfg.n_head}")
 
 
 def table(name):

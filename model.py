@@ -22,6 +22,7 @@ class GPTConfig:
     vocab_size: int = 50304  # GPT-2's 50,257 padded to a multiple of 64
     n_kv_head: int = None  # GQA's K/V heads; None = a divisor of H near H/4. mha: H, mqa: 1
     lrkv_rank: int = None  # LRKV's r; None = round(0.4·d_h), the paper's r ≈ 0.36-0.43·d_h
+    lrkv_factored: bool = False  # LRKV's keys: False the paper's RoPE(K_s + R B_hᵀ); True RoPE(K_s) + R B_hᵀ
     mla_kv_rank: int = None  # MLA's latent d_c; None = d_h (the paper's 128M ratio)
     mla_rope_dim: int = None  # MLA's decoupled RoPE dim d_r; None = d_h/2 (DeepSeek-V2)
     mla_q_rank: int = 0  # MLA's optional query compression rank; 0 = off

@@ -45,7 +45,8 @@ PAPER_SHAPE = {"n_layer": 24, "n_head": 12, "n_embd": 1536, "block_size": 8192}
 # one experiment: these match across all runs, and these across the runs (seeds) of a design
 SHAPE_KEYS = ["n_layer", "n_head", "n_embd", "block_size", "vocab_size", "attn_scale", "dataset", "tokenizer",
               "max_iters", "total_batch_tokens"]
-DESIGN_KEYS = ["n_kv_head", "lrkv_rank", "mla_kv_rank", "mla_rope_dim", "mla_q_rank", "mla_deepseek"]
+DESIGN_KEYS = ["n_kv_head", "lrkv_rank", "lrkv_factored", "mla_kv_rank", "mla_rope_dim", "mla_q_rank",
+               "mla_deepseek"]
 TOKEN_UNITS = [(1e9, "Billions"), (1e6, "Millions"), (1e3, "Thousands")]
 FLOP_UNITS = [(1e18, "ExaFLOPs"), (1e15, "PetaFLOPs"), (1e12, "TeraFLOPs"), (1e9, "GigaFLOPs")]
 
@@ -260,7 +261,8 @@ def sweep(runs):
     rows = []
     for (attn, _), group in groups.items():
         c, h = group[0]["config"], group[0]["header"]
-        setting = {"gqa": f"g={c.get('n_kv_head')}", "lrkv": f"r={c.get('lrkv_rank')}",
+        setting = {"gqa": f"g={c.get('n_kv_head')}",
+                   "lrkv": f"r={c.get('lrkv_rank')}" + (" factored" if c.get("lrkv_factored") else ""),
                    "mla": f"d_c={c.get('mla_kv_rank')}" + (" DeepSeek" if c.get("mla_deepseek") else "")}
         kv, kv_mha = h.get("kv_bytes_per_token"), h.get("mha_kv_bytes_per_token")
         stats = seed_stats(group, base, step)

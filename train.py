@@ -52,6 +52,7 @@ attn = "mha"  # the KV design: mha, gqa, mqa, mla or lrkv
 n_layer = n_head = n_embd = block_size = vocab_size = None  # None = the preset's (vocab: the data's, padded)
 n_kv_head = lrkv_rank = mla_kv_rank = mla_rope_dim = mla_q_rank = None  # None = the preset's, or model.py's default
 mla_deepseek = None  # MLA with DeepSeek's widths (d_n = d_h) and a learnable kv_norm weight
+lrkv_factored = None  # LRKV with RoPE on the shared key only, K_h = RoPE(K_s) + R B_hᵀ: exact absorbed decode
 attn_scale = None  # multiplier of the QK-normed designs' softmax scale 1/√d_h (cpu preset 2.0, paper presets 1.0)
 data_dir = "data"  # prepared datasets live in data_dir/<dataset>_<tokenizer>/
 dataset = "shakespeare"  # shakespeare (embedded, prepared on first use), fineweb, or your own (prepare.py text)

@@ -27,7 +27,8 @@ def prompt(cfg, B=2, T=5):
     return torch.randint(0, cfg.vocab_size, (B, T), generator=torch.Generator().manual_seed(1))
 
 
-@pytest.mark.parametrize("attn, kw", [(a, {}) for a in DESIGNS] + [("mla", dict(mla_deepseek=True))])
+@pytest.mark.parametrize("attn, kw", [(a, {}) for a in DESIGNS] + [("mla", dict(mla_deepseek=True)),
+                                                                   ("lrkv", dict(lrkv_factored=True))])
 def test_compiled_decode_is_one_graph_equal_to_eager(attn, kw):
     from torch._dynamo.utils import counters
     torch._dynamo.reset()

@@ -13,7 +13,8 @@ DESIGNS = ["mha", "gqa", "mqa", "mla", "lrkv"]
 # every design, plus the options that change a design's shapes or its attention
 VARIANTS = [(a, {}) for a in DESIGNS] + [("mla", dict(mla_deepseek=True)),
                                          ("mla", dict(mla_deepseek=True, mla_q_rank=16)),
-                                         ("mha", dict(attn_scale=2.5)), ("lrkv", dict(attn_scale=2.5))]
+                                         ("mha", dict(attn_scale=2.5)), ("lrkv", dict(attn_scale=2.5)),
+                                         ("lrkv", dict(lrkv_factored=True))]
 
 
 def tiny(attn, **kw):
@@ -356,3 +357,19 @@ def test_decode_attention_takes_fused_kernel_shapes(attn, kw, monkeypatch):
             with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
                 model(idx[:, 8:11], caches=caches)
                 model(idx[:, 11:12], caches=caches)
+
+
+def test_lrkv_factored_rotates_only_the_shared_key():
+    plain, fact = randomized(tiny("lrkv")), randomized(tiny("lrkv", lrkv_factored=True))  # the same weights
+    idx = tokens(plain.cfg)
+    with torch.no_grad():
+        assert not torch.allclose(plain(idx)[0], fact(idx)[0], atol=1e-3)  # the flag changes the keys
+        for model in (plain, fact):  # without key residuals both keys are RoPE(K_s): one model
+            for block in model.h:
+                block.attn.B_k.zero_()
+        torch.testing.assert_close(plain(idx)[0], fact(idx)[0])
+    # and its decode reads the small cache with B_h in the query: far fewer FLOPs at long context
+    big = dict(n_layer=4, n_head=8, n_embd=512, block_size=4096, lrkv_rank=26)
+    ratio = flops.decode_flops_per_token(tiny("lrkv", lrkv_factored=True, **big), 4096) / \
+        flops.decode_flops_per_token(tiny("lrkv", **big), 4096)
+    assert ratio < 0.25
