@@ -125,7 +125,6 @@ def load_run(path):
         "tokens": np.array([s["tokens"] for s in evals], dtype=float),
         "flops": np.array([s.get("flops", nan) for s in evals], dtype=float),
         "loss": np.array([s["test_loss"] for s in evals], dtype=float),
-        "bpb": np.array([s.get("test_bpb", nan) for s in evals], dtype=float),
     }
 
 
@@ -149,7 +148,7 @@ def combine(runs):
     loss = pick("loss")
     return {
         "runs": runs, "step": steps,
-        "tokens": pick("tokens").mean(0), "flops": pick("flops").mean(0), "bpb": pick("bpb").mean(0),
+        "tokens": pick("tokens").mean(0), "flops": pick("flops").mean(0),
         "loss": loss.mean(0), "lo": loss.min(0), "hi": loss.max(0),
     }
 
@@ -195,7 +194,7 @@ def summarize(runs):
         rows.append({
             "attn": attn, "label": STYLE[attn][0], "n": len(group), "curve": c,
             "tokens": c["tokens"][-1] if c else None, "flops": c["flops"][-1] if c else None,
-            "loss": c["loss"][-1] if c else None, "bpb": c["bpb"][-1] if c else None,
+            "loss": c["loss"][-1] if c else None,
             "kv": kv, "kv_pct": kv / kv_mha if kv is not None and kv_mha else None,
             "params": h.get("params"), "fpt": h.get("flops_per_token"), "paper_fpt": h.get("paper_flops_per_token"),
             "reach_tokens": None, "reach_flops": None, "faster_tokens": None, "faster_flops": None,
