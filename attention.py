@@ -70,6 +70,10 @@ class KVCache:
         for name, x in new.items():
             if name not in self.buf:
                 self.buf[name] = x.new_zeros(x.size(0), self.max_len, *x.shape[2:])
+                if not torch.compiler.is_compiling():
+                    # one address for the cache's life: a compiled decode step run as a CUDA graph
+                    # (mode="reduce-overhead") then writes it in place instead of copying it in and out
+                    torch._dynamo.mark_static_address(self.buf[name])
             if pos is None:  # a prefill: positions 0..T-1
                 self.buf[name][:, :x.size(1)] = x
             else:

@@ -204,12 +204,14 @@ class GPT(nn.Module):
         return idx
 
     def decoder(self, compile):
-        # the module itself, or its compiled decode step (cached: compiling costs seconds to minutes)
+        # the module itself, or its compiled decode step (cached: compiling costs seconds to minutes);
+        # compile may name a torch.compile mode, e.g. "reduce-overhead" (a CUDA graph; not yet run on a GPU)
         if not compile:
             return self
-        if "_decoder" not in self.__dict__:  # kept off nn.Module's books: it wraps self
-            self.__dict__["_decoder"] = torch.compile(self, fullgraph=True)
-        return self.__dict__["_decoder"]
+        key = f"_decoder_{compile}"
+        if key not in self.__dict__:  # kept off nn.Module's books: it wraps self
+            self.__dict__[key] = torch.compile(self, fullgraph=True, mode=None if compile is True else compile)
+        return self.__dict__[key]
 
 
 # The paper's configurations (SPEC §4; Tables 5-7, 2.5B with the 36 layers its own numbers imply),

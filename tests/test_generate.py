@@ -45,6 +45,8 @@ def test_compiled_decode_is_one_graph_equal_to_eager(attn, kw):
         model(idx, caches=c)
         steps.append(run(idx[:, 2:3].contiguous(), caches=c, pos=torch.tensor([5]))[0])
     torch.testing.assert_close(steps[0], steps[1], rtol=1e-4, atol=1e-4)
+    # the cache keeps one address for its life, marked so (a CUDA graph would write it in place)
+    assert all(getattr(b, "_dynamo_static_input_type", None) == "unguarded" for c in caches[0] for b in c.buf.values())
 
 
 @pytest.mark.parametrize("attn", DESIGNS)
