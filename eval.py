@@ -75,14 +75,16 @@ def load_model(path, device="cpu"):
 # the five designs at one shape: cache memory and decode speed
 
 def design_cfgs(cfg, gqa_kv_heads=None):
-    """{design: config} at cfg's shape, each keeping cfg's design settings (r, d_c, ...). An MHA or
-    MQA config has n_kv_head resolved to H or 1, so its GQA takes gqa_kv_heads (None = the default)."""
+    """{design: config} at cfg's shape, each keeping cfg's design settings (r, d_c, ...), and the
+    factored LRKV as "lrkv-f". An MHA or MQA config has n_kv_head resolved to H or 1, so its GQA
+    takes gqa_kv_heads (None = the default)."""
     out = {}
     for attn in DESIGNS:
-        fields = {**asdict(cfg), "attn": attn}
+        fields = {**asdict(cfg), "attn": attn, "lrkv_factored": False}
         if attn == "gqa" and cfg.attn in ("mha", "mqa"):
             fields["n_kv_head"] = gqa_kv_heads
         out[attn] = GPTConfig(**fields)
+    out["lrkv-f"] = GPTConfig(**{**asdict(out["lrkv"]), "lrkv_factored": True})
     return out
 
 
@@ -158,8 +160,9 @@ def decode_bench(cfg, contexts, steps=30, device="cpu", dtype=torch.float32, bat
                 return timed(lambda: models[a].decoder(compile)(tok, caches=caches[a], pos=pos))
 
             t_step, t_full = {a: [] for a in models}, {a: [] for a in models}
+            names = list(models)
             for i in range(warmup + steps):
-                for a in DESIGNS[i % 5:] + DESIGNS[:i % 5]:
+                for a in names[i % len(names):] + names[:i % len(names)]:
                     dt = step(a)
                     dt_full = timed(lambda: models[a](idx)) if no_cache else 0.0  # a token without a cache
                     if i >= warmup:
@@ -167,7 +170,8 @@ def decode_bench(cfg, contexts, steps=30, device="cpu", dtype=torch.float32, bat
                         t_full[a].append(dt_full)
             for a in models:
                 ms = 1000 * statistics.median(t_step[a])
-                out[a, N] = dict(ms=ms, tok_s=1000 * batch / ms)
+                out[a, N] = dict(ms=ms, tok_s=1000 * batch / ms,
+                                 mflop=flops.decode_flops_per_token(models[a].cfg, N) / 1e6)
                 if no_cache:
                     out[a, N]["ms_no_cache"] = 1000 * statistics.median(t_full[a])
             for a in models:
@@ -332,16 +336,19 @@ def main(argv=None):
                      if device == "cpu" else torch.cuda.get_device_name())
             res = decode_bench(cfg, contexts, args.steps, device, dtype, no_cache=args.no_cache,
                                gqa_kv_heads=gqa_kv_heads, compile=args.compile)
-            print(f"{device} ({where}); per context: ms/token, tokens/s, tokens/s vs MHA"
+            print(f"{device} ({where}); cache bytes per token ({args.dtype}); per context: ms/token, tokens/s, "
+                  "tokens/s vs MHA, forward MFLOP per token (flops.decode_flops_per_token)"
                   + (", ms/token without a cache (full forward)" if args.no_cache else ""))
             nc = args.no_cache
-            head = f"{'ms':>7} {'tok/s':>6} {'vs MHA':>6}" + (f" {'no-cache':>8}" if nc else "")
-            cell = lambda r: (f"{r['ms']:7.3f} {r['tok_s']:6.0f} {r['vs_mha']:5.2f}x"
+            head = f"{'ms':>7} {'tok/s':>6} {'vs MHA':>6} {'MFLOP':>6}" + (f" {'no-cache':>8}" if nc else "")
+            cell = lambda r: (f"{r['ms']:7.3f} {r['tok_s']:6.0f} {r['vs_mha']:5.2f}x {r['mflop']:6.2f}"
                               + (f" {r['ms_no_cache']:8.3f}" if nc else ""))
-            print(f"{'context':7}" + "".join(f"{N:>{len(head) + 2}d}" for N in contexts))
-            print(f"{'design':7}" + f"  {head}" * len(contexts))
-            for a in DESIGNS:
-                print(f"{a:7}" + "".join(f"  {cell(res[a, N])}" for N in contexts))
+            elem = torch.finfo(dtype).bits // 8
+            print(f"{'context':15}" + "".join(f"{N:>{len(head) + 2}d}" for N in contexts))
+            print(f"{'design':7} {'B/tok':>7}" + f"  {head}" * len(contexts))
+            for a, c in design_cfgs(cfg, gqa_kv_heads).items():
+                print(f"{a:7} {flops.kv_cache_bytes_per_token(c, elem):7d}"
+                      + "".join(f"  {cell(res[a, N])}" for N in contexts))
 
     if args.heads:
         rows = head_diversity(model)

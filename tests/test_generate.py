@@ -216,13 +216,14 @@ def test_lrkv_decode_without_rebuilding_keys_equals_rebuilding_them():
 def test_kv_table_allocated_bytes_equal_formula():
     cfg = tiny("gqa")
     rows = ev.kv_table(cfg, 24, batch=2)
-    assert [r["design"] for r in rows] == DESIGNS
+    assert [r["design"] for r in rows] == DESIGNS + ["lrkv-f"]
     for r, c in zip(rows, ev.design_cfgs(cfg).values()):
         assert r["allocated"] == r["formula"] == 2 * 24 * flops.kv_cache_bytes_per_token(c, bytes_per_elem=4)
     pct = {r["design"]: r["pct_mha"] for r in rows}
     H, d_h, r = cfg.n_head, cfg.head_dim, cfg.lrkv_rank
     assert pct["mha"] == 100 and pct["gqa"] == 50 and pct["mqa"] == 25
     assert pct["lrkv"] == pytest.approx(100 * (1 / H + r / d_h + 1 / (2 * d_h)))  # Eq. 9 + H key norms
+    assert pct["lrkv-f"] == pct["lrkv"]  # the factored variant caches the same
     with pytest.raises(ValueError, match="block_size=32"):
         ev.kv_table(cfg, 33)
 
@@ -237,11 +238,13 @@ def test_design_cfgs_keep_the_shape_and_give_gqa_its_heads():
 @pytest.mark.parametrize("compile", [False, True])
 def test_decode_bench_times_every_design(compile):
     res = ev.decode_bench(tiny("gqa", n_layer=1), [8, 32], steps=2, warmup=1, no_cache=not compile, compile=compile)
-    assert set(res) == {(a, N) for a in DESIGNS for N in (8, 32)}
+    assert set(res) == {(a, N) for a in DESIGNS + ["lrkv-f"] for N in (8, 32)}
     for (a, N), r in res.items():
         assert r["ms"] > 0 and r.get("ms_no_cache", 1) > 0 and r["tok_s"] == pytest.approx(1000 / r["ms"])
         assert r["vs_mha"] == pytest.approx(r["tok_s"] / res["mha", N]["tok_s"])
+        assert r["mflop"] > 0
     assert res["mha", 8]["vs_mha"] == 1
+    assert res["lrkv-f", 32]["mflop"] < res["lrkv", 32]["mflop"]
 
 
 def run_main(capsys, *argv):
@@ -252,12 +255,12 @@ def run_main(capsys, *argv):
 def test_cli_kv_and_decode_bench_on_a_preset(capsys):
     out = run_main(capsys, "--preset=cpu", "--kv", "--context=16")
     rows = [l.split() for l in out.splitlines()[2:]]
-    assert [r[0] for r in rows] == DESIGNS and all(r[2] == r[3] for r in rows)  # allocated == formula
+    assert [r[0] for r in rows] == DESIGNS + ["lrkv-f"] and all(r[2] == r[3] for r in rows)  # allocated == formula
     out = run_main(capsys, "--preset=cpu", "--block_size=64", "--decode-bench", "--contexts=8,64", "--steps=1")
-    rows = {l.split()[0]: l.split()[1:] for l in out.splitlines()[-5:]}  # design: (ms, tok/s, vs MHA) × 2
-    assert "random weights" in out and list(rows) == DESIGNS
-    assert all(len(v) == 6 and float(v[0]) > 0 and float(v[3]) > 0 for v in rows.values())
-    assert rows["mha"][2] == rows["mha"][5] == "1.00x"
+    rows = {l.split()[0]: l.split()[1:] for l in out.splitlines()[-6:]}  # design: B/tok, (ms, tok/s, vs MHA, MFLOP) × 2
+    assert "random weights" in out and list(rows) == DESIGNS + ["lrkv-f"]
+    assert all(len(v) == 9 and float(v[1]) > 0 and float(v[5]) > 0 for v in rows.values())
+    assert rows["mha"][3] == rows["mha"][7] == "1.00x" and rows["lrkv"][0] == rows["lrkv-f"][0] == "2752"
 
 
 @pytest.mark.parametrize("argv, msg", [
