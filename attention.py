@@ -233,16 +233,15 @@ class LRKV(nn.Module):
         k_s, v_s = self.W_sk(x), self.W_sv(x)  # (B, T, d_h) each: X W_s^K, X W_s^V
         r_k, r_v = self.U_k(x).view(B, T, H, r), self.U_v(x).view(B, T, H, r)  # (B, T, H, r): R_h = X U_h
         B_k, B_v = self.B_k.view(H, d_h, r), self.B_v.view(H, d_h, r)
-        if self.factored:  # RoPE on the shared key alone: K_h = RoPE(K_s) + R_h B_hᵀ
-            k_s = rope(k_s.unsqueeze(2), *at(cos, sin, T, pos)).squeeze(2)  # (B, T, d_h)
-        k = k_s.unsqueeze(2) + torch.einsum("bthr,hdr->bthd", r_k, B_k)  # (B, T, H, d_h): K_h, Eq. 2
+        if self.factored or cache is not None:
+            k_s_rot = rope(k_s.unsqueeze(2), *at(cos, sin, T, pos)).squeeze(2)  # (B, T, d_h): RoPE(X W_s^K)
+        # K_h, Eq. 2; factored: RoPE on the shared key alone, K_h = RoPE(K_s) + R_h B_hᵀ
+        k = (k_s_rot if self.factored else k_s).unsqueeze(2) + torch.einsum("bthr,hdr->bthd", r_k, B_k)
         if cache is not None:
             # the small cache, 2·d_h + 2·H·r + H: the shared key already rotated (RoPE is linear),
             # the latents, and each head's 1/rms (QK-norm's divisor), so decode never rebuilds a key
             k_inv = (k.pow(2).mean(-1) + torch.finfo(k.dtype).eps).rsqrt()  # (B, T, H), as F.rms_norm
-            if not self.factored:
-                k_s = rope(k_s.unsqueeze(2), *at(cos, sin, T, pos)).squeeze(2)  # (B, T, d_h)
-            c, mask = cache.write(pos, k_s=k_s, k_inv=k_inv, v_s=v_s, r_k=r_k, r_v=r_v)
+            c, mask = cache.write(pos, k_s=k_s_rot, k_inv=k_inv, v_s=v_s, r_k=r_k, r_v=r_v)
         if pos is None:
             # training, or a prefill: materialise every head's K_h and V_h (Eqs. 2-3), attend as MHA
             v = v_s.unsqueeze(2) + torch.einsum("bthr,hdr->bthd", r_v, B_v)  # (B, T, H, d_h)

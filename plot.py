@@ -182,6 +182,12 @@ def seed_stats(runs, base, step):
             "real": bool(abs(d.mean()) > 2 * sd(d)) if paired and len(d) > 1 else None}
 
 
+def cache(header):
+    """A run's KV-cache bytes per token, and their share of MHA's, as its header counts them."""
+    kv, kv_mha = header.get("kv_bytes_per_token"), header.get("mha_kv_bytes_per_token")
+    return {"kv": kv, "kv_pct": kv / kv_mha if kv is not None and kv_mha else None}
+
+
 def summarize(runs):
     """One row per design present, in legend order, with its averaged curve and table values."""
     rows = []
@@ -190,12 +196,10 @@ def summarize(runs):
         if not group:
             continue
         h, c = group[0]["header"], combine(group)
-        kv, kv_mha = h.get("kv_bytes_per_token"), h.get("mha_kv_bytes_per_token")
-        rows.append({
+        rows.append({**cache(h),
             "attn": attn, "label": STYLE[attn][0], "n": len(group), "curve": c,
             "tokens": c["tokens"][-1] if c else None, "flops": c["flops"][-1] if c else None,
             "loss": c["loss"][-1] if c else None,
-            "kv": kv, "kv_pct": kv / kv_mha if kv is not None and kv_mha else None,
             "params": h.get("params"), "fpt": h.get("flops_per_token"), "paper_fpt": h.get("paper_flops_per_token"),
             "reach_tokens": None, "reach_flops": None, "faster_tokens": None, "faster_flops": None,
             "miss": "-",  # what the reach columns say when the design does not get there
@@ -259,15 +263,13 @@ def sweep(runs):
     base = next((g for (attn, _), g in groups.items() if attn == "mha"), None)
     rows = []
     for (attn, _), group in groups.items():
-        c, h = group[0]["config"], group[0]["header"]
+        c = group[0]["config"]
         setting = {"gqa": f"g={c.get('n_kv_head')}",
                    "lrkv": f"r={c.get('lrkv_rank')}" + (" factored" if c.get("lrkv_factored") else ""),
                    "mla": f"d_c={c.get('mla_kv_rank')}" + (" DeepSeek" if c.get("mla_deepseek") else "")}
-        kv, kv_mha = h.get("kv_bytes_per_token"), h.get("mha_kv_bytes_per_token")
-        stats = seed_stats(group, base, step)
-        rows.append({"attn": attn, "label": STYLE[attn][0], "setting": setting.get(attn, ""), "runs": group,
-                     "n": sum(step in r["step"] for r in group), "kv": kv,
-                     "kv_pct": kv / kv_mha if kv is not None and kv_mha else None, "step": step, **stats})
+        rows.append({"attn": attn, "label": STYLE[attn][0], "setting": setting.get(attn, ""),
+                     "n": sum(step in r["step"] for r in group), "step": step, **cache(group[0]["header"]),
+                     **seed_stats(group, base, step)})
     return sorted(rows, key=lambda r: (DESIGNS.index(r["attn"]), r["kv_pct"] or 0))
 
 
