@@ -4,7 +4,7 @@
 # 25 minutes on a 2-core AVX2 CPU; the README gives the measured time.
 #   bash reproduce.sh                  # seed 0 into out/reproduce/, figure in out/reproduce/figure_tokens.png
 #   SEEDS="0 1 2" bash reproduce.sh    # three seeds (seed 0 reused if done); plot.py reports mean, spread, paired gaps
-#   SWEEP=pareto bash reproduce.sh     # loss against KV-cache size: 11 settings x 3 seeds (about 70 minutes), 300 steps, into out/pareto/
+#   SWEEP=pareto bash reproduce.sh     # loss against KV-cache size: 11 settings x 3 seeds (about 75 minutes), 300 steps, into out/pareto/
 #   OUT=out/mine bash reproduce.sh     # another folder (runs there are the reproduction's alone)
 #   DESIGNS="mha lrkv" JOBS=1 PYTHON=python bash reproduce.sh   # some designs, one at a time, an existing Python
 #   DRY=1 SWEEP=pareto bash reproduce.sh   # print the train.py commands, run nothing
@@ -25,7 +25,7 @@ export MPLBACKEND=Agg
 # the runs, one "name train.py-arguments" per line
 if [ "${SWEEP:-}" = pareto ]; then
   OUT=${OUT:-out/pareto}
-  runs() {  # 300 steps, half the figure's, and evals only at 0, 150, 300: 33 runs in about 70 minutes
+  runs() {  # 300 steps, half the figure's, and evals only at 0, 150, 300: 33 runs in about 75 minutes
     for s in ${SEEDS:-0 1 2}; do
       echo "mha_s$s --attn=mha"
       for g in 1 2; do echo "gqa${g}_s$s --attn=gqa --n_kv_head=$g"; done
