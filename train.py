@@ -499,6 +499,7 @@ token_bytes = tok.token_bytes()  # for bits per byte; GPT-2's takes 50k decodes,
 ckpt_every = eval_interval if ckpt_interval is None else ckpt_interval
 t_start = t_ckpt = time.time()
 step, train_loss, dt = start, None, None
+t_train = t_host = 0.0  # seconds of training steps, and of them (or between them) in data loading and log writing
 loss_sum, first_bad = torch.zeros((), device=device), torch.tensor(-1, device=device)  # first step with a NaN/inf loss
 
 
@@ -520,6 +521,7 @@ while True:  # `step` optimiser steps are done
                                or (ckpt_minutes and minutes_due()))
     if syncing or saving:
         train_loss, dt = loss_sum.item(), (time.time() - t_window) / (step - window_start)
+        t_train += dt * (step - window_start)
         check_finite()  # never log a NaN as a loss, nor checkpoint spoilt weights
     record = dict(type="step", step=step, tokens=step * total_batch_tokens,
                   flops=step * total_batch_tokens * flops_per_token)
@@ -538,7 +540,9 @@ while True:  # `step` optimiser steps are done
         maybe_die("eval", step)
         log(f"step {step}: test loss {record['test_loss']:.4f}, {record['test_bpb']:.4f} bits/byte")
     if (evaluating or step % log_interval == 0) and step > last_logged:
+        t0 = time.time()
         write_log(record)
+        t_host += time.time() - t0
     if saving:
         save_checkpoint(step)
         if ddp:
@@ -549,6 +553,8 @@ while True:  # `step` optimiser steps are done
         log(f"step {step}/{max_iters} | loss {train_loss:.4f} | {total_batch_tokens / dt:,.0f} tok/s | "
             f"lr x{lr_frac(step - 1):.3f} | ETA {eta / 60:.1f} min")
     if step == max_iters:
+        if t_train:
+            log(f"data loading and log writing: {100 * t_host / t_train:.2f}% of the training steps' time")
         break
 
     if step == start or syncing or saving:
@@ -557,7 +563,10 @@ while True:  # `step` optimiser steps are done
         for group in opt.param_groups:
             group["lr"] = group["base_lr"] * lr_frac(step)
     loss_sum = torch.zeros((), device=device)
-    for i, (x, y) in enumerate(get_batch(step)):  # gradients reduced once per step, in the last micro-step
+    t0 = time.time()
+    batches = get_batch(step)
+    t_host += time.time() - t0
+    for i, (x, y) in enumerate(batches):  # gradients reduced once per step, in the last micro-step
         if fsdp:
             model.set_requires_gradient_sync(i == grad_accum - 1)
         elif ddp:

@@ -235,16 +235,16 @@ def test_design_cfgs_keep_the_shape_and_give_gqa_its_heads():
     assert cfgs["lrkv"].lrkv_rank == 6 and cfgs["mla"].mla_kv_rank == 24
 
 
-@pytest.mark.parametrize("compile", [False, True])
-def test_decode_bench_times_every_design(compile):
-    res = ev.decode_bench(tiny("gqa", n_layer=1), [8, 32], steps=2, warmup=1, no_cache=not compile, compile=compile)
-    assert set(res) == {(a, N) for a in DESIGNS + ["lrkv-f"] for N in (8, 32)}
-    for (a, N), r in res.items():
+@pytest.mark.parametrize("modes", [("eager",), ("eager", "compiled")])
+def test_decode_bench_times_every_design(modes):
+    res = ev.decode_bench(tiny("gqa", n_layer=1), [8, 32], steps=2, warmup=1, no_cache=len(modes) == 1, modes=modes)
+    assert set(res) == {(a, N, m) for a in DESIGNS + ["lrkv-f"] for N in (8, 32) for m in modes}
+    for (a, N, m), r in res.items():
         assert r["ms"] > 0 and r.get("ms_no_cache", 1) > 0 and r["tok_s"] == pytest.approx(1000 / r["ms"])
-        assert r["vs_mha"] == pytest.approx(r["tok_s"] / res["mha", N]["tok_s"])
+        assert r["vs_mha"] == pytest.approx(r["tok_s"] / res["mha", N, m]["tok_s"])
         assert r["mflop"] > 0
-    assert res["mha", 8]["vs_mha"] == 1
-    assert res["lrkv-f", 32]["mflop"] < res["lrkv", 32]["mflop"]
+    assert res["mha", 8, modes[-1]]["vs_mha"] == 1
+    assert res["lrkv-f", 32, "eager"]["mflop"] < res["lrkv", 32, "eager"]["mflop"]
 
 
 def run_main(capsys, *argv):
@@ -256,11 +256,12 @@ def test_cli_kv_and_decode_bench_on_a_preset(capsys):
     out = run_main(capsys, "--preset=cpu", "--kv", "--context=16")
     rows = [l.split() for l in out.splitlines()[2:]]
     assert [r[0] for r in rows] == DESIGNS + ["lrkv-f"] and all(r[2] == r[3] for r in rows)  # allocated == formula
-    out = run_main(capsys, "--preset=cpu", "--block_size=64", "--decode-bench", "--contexts=8,64", "--steps=1")
-    rows = {l.split()[0]: l.split()[1:] for l in out.splitlines()[-6:]}  # design: B/tok, (ms, tok/s, vs MHA, MFLOP) × 2
+    out = run_main(capsys, "--preset=cpu", "--block_size=64", "--decode-bench", "--contexts=8,64", "--steps=1",
+                   "--modes=eager")
+    rows = {l.split()[0]: l.split()[1:] for l in out.splitlines()[-6:]}  # design: B/tok, mode, (ms, tok/s, vs MHA, MFLOP) × 2
     assert "random weights" in out and list(rows) == DESIGNS + ["lrkv-f"]
-    assert all(len(v) == 9 and float(v[1]) > 0 and float(v[5]) > 0 for v in rows.values())
-    assert rows["mha"][3] == rows["mha"][7] == "1.00x" and rows["lrkv"][0] == rows["lrkv-f"][0] == "2752"
+    assert all(len(v) == 10 and v[1] == "eager" and float(v[2]) > 0 and float(v[6]) > 0 for v in rows.values())
+    assert rows["mha"][4] == rows["mha"][8] == "1.00x" and rows["lrkv"][0] == rows["lrkv-f"][0] == "2752"
 
 
 @pytest.mark.parametrize("argv, msg", [
@@ -269,6 +270,7 @@ def test_cli_kv_and_decode_bench_on_a_preset(capsys):
     (["--preset=cpu", "--kv", "--context=257"], "outside 2..block_size=256"),
     (["--preset=cpu", "--decode-bench", "--contexts=64,512"], "outside 2..block_size=256"),
     (["--preset=cpu", "--heads"], "need a checkpoint"),
+    (["--preset=cpu", "--decode-bench", "--modes=fast"], "--modes=fast: use eager, compiled"),
     ([], "give a checkpoint path"),
 ])
 def test_cli_bad_input_is_one_line(argv, msg):

@@ -373,3 +373,27 @@ def test_lrkv_factored_rotates_only_the_shared_key():
     ratio = flops.decode_flops_per_token(tiny("lrkv", lrkv_factored=True, **big), 4096) / \
         flops.decode_flops_per_token(tiny("lrkv", **big), 4096)
     assert ratio < 0.25
+
+
+@pytest.mark.parametrize("shape", [(3, 7, 32), (2, 5, 4, 16)])
+def test_written_out_gradients_equal_autograds(shape):
+    # norm() and ReLU² carry their own backward (speed): values and gradients must be torch's own
+    from attention import norm
+    from model import ReLU2
+    torch.manual_seed(0)
+    x, g = torch.randn(shape, dtype=torch.float64) * 3, torch.randn(shape, dtype=torch.float64)
+    for ours, theirs in ((norm, lambda t: torch.nn.functional.rms_norm(t.float(), (t.size(-1),))),
+                         (ReLU2.apply, lambda t: torch.relu(t).square())):
+        a, b = x.float().requires_grad_(), x.float().requires_grad_()
+        ya, yb = ours(a), theirs(b)
+        ya.backward(g.float())
+        yb.backward(g.float())
+        torch.testing.assert_close(ya, yb, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-5)
+    # bf16 in, bf16 out (so caches keep the compute dtype), computed in fp32 inside
+    xb = x.bfloat16().requires_grad_()
+    yb = norm(xb)
+    yb.backward(g.bfloat16())
+    assert yb.dtype == xb.grad.dtype == torch.bfloat16
+    torch.testing.assert_close(yb.float(), torch.nn.functional.rms_norm(x.bfloat16().float(), (x.size(-1),)),
+                               rtol=1e-2, atol=1e-2)
