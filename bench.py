@@ -6,8 +6,9 @@ Training throughput of the five designs and of a plain GPT-2-style model, side b
     python bench.py --muon_dtype=bf16    # Newton-Schulz as torch.optim.Muon runs it
     python bench.py --preset=128m --batch_size=8 --compile
 
-Each round times one training step of every model in turn — forward + backward, then clipping and
-the real optimisers (Muon + AdamW, as train.py) — so machine noise falls on all of them alike.
+Each round times one training step of every model in turn (each round starting with the next) —
+forward + backward, then clipping and the real optimisers (Muon + AdamW, as train.py) — so machine
+noise falls on all of them alike.
 The table gives the median over rounds, the ratios to MHA and to the reference, the optimiser's
 share of the step and the memory of a step: on CUDA its peak, elsewhere the activations saved for
 backward in an eager step (what grows with batch and context). Weights are random: speed does not
@@ -29,6 +30,7 @@ import torch.nn.functional as F
 import flops
 from model import GPT, preset
 from muon import newton_schulz_dtype, optimizers
+from prepare import load_split, prepare, windows
 
 p = argparse.ArgumentParser()
 p.add_argument("--preset", default="cpu")
@@ -128,12 +130,23 @@ def memory_mb(model, run, opts):
 
 
 memory = {a: memory_mb(m, r, o) for a, (_, m, r, o) in models.items()}
-times = {a: [] for a in models}
+data = load_split(prepare("shakespeare", "byte"), "train")  # the embedded corpus: what train.py reads by default
+
+
+def load(step):
+    # train.py's data loader for one step (the token values do not change its cost) -> seconds
+    t0 = time.perf_counter()
+    windows(data, 0, step, args.batch_size, cfg.block_size).to(device)
+    return time.perf_counter() - t0
+
+times, t_data = {a: [] for a in models}, []
+names = list(models)
 for r in range(args.rounds + 2):  # two warm-up rounds (compile, allocator)
-    for attn, (_, model, run, opts) in models.items():
-        t = step(model, run, opts)
+    for attn in names[r % len(names):] + names[:r % len(names)]:  # each round starts with another model
+        t = step(*models[attn][1:])
         if r >= 2:
             times[attn].append(t)
+    t_data.append(load(r))
 
 tokens = x.numel()
 print(f"preset {args.preset}, batch {args.batch_size}x{cfg.block_size}, {device}, {torch.get_num_threads()} threads, "
@@ -148,3 +161,5 @@ for attn, (cfg, _, _, _) in models.items():
     mflop = "-" if attn == "gpt2" else f"{flops.train_flops_per_token(cfg) / 1e6:.2f}"
     print(f"{attn:6} {tokens / total[attn]:10,.0f} {total['mha'] / total[attn]:6.2f}x {total['gpt2'] / total[attn]:7.2f}x "
           f"{1e3 * fb:10.1f} {1e3 * opt:9.1f} {100 * opt / (fb + opt):7.1f}% {memory[attn]:9.1f} {mflop:>15}")
+print(f"data loader (prepare.windows, as train.py): {1e3 * statistics.median(t_data):.2f} ms a step, "
+      f"{100 * statistics.median(t_data) / total['mha']:.2f}% of MHA's step")

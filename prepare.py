@@ -33,6 +33,7 @@ import urllib.error
 import urllib.request
 
 import numpy as np
+import torch
 
 from tokenizer import get_tokenizer
 
@@ -457,6 +458,24 @@ def load_split(dataset_dir, split):
     arrays = [np.memmap(f, dtype=np.uint16, mode="r") for f in files]
     return arrays if meta["sharded"] else arrays[0]
 
+
+
+def windows(split, seed, step, n, T, rows=None):
+    """The training windows of one step: n windows of T+1 tokens, drawn as a function of (seed,
+    step) alone, so a resumed run and a run on any number of ranks see the same sequences. rows
+    (a slice) builds only those windows, one rank's share. split: load_split's array or shards.
+    -> (len(rows), T + 1) int64"""
+    g = torch.Generator().manual_seed(seed * 1_000_003 + step)
+    shards = split if isinstance(split, list) else [split]
+    ends = np.cumsum([len(s) for s in shards])
+    starts = torch.randint(0, int(ends[-1]), (n,), generator=g).numpy()
+    out = []
+    for pos in starts[rows or slice(None)]:
+        i = int(np.searchsorted(ends, pos, side="right"))
+        shard = shards[i]
+        off = min(int(pos - (ends[i] - len(shard))), len(shard) - T - 1)  # windows stay inside a shard
+        out.append(torch.from_numpy(shard[off:off + T + 1].astype(np.int64)))
+    return torch.stack(out)
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description="tokenize a corpus into data/<dataset>_<tokenizer>/")

@@ -39,7 +39,7 @@ import flops
 from eval import evaluate
 from model import GPT, GPTConfig, preset as model_preset
 from muon import newton_schulz_dtype, optimizers
-from prepare import load_split, prepare
+from prepare import load_split, prepare, windows
 from tokenizer import get_tokenizer
 
 # -----------------------------------------------------------------------------
@@ -279,20 +279,9 @@ def lr_frac(step):
 
 
 def get_batch(step):
-    """The global batch of a step is a function of (seed, step) alone, so a resumed run and a run
-    on any number of ranks see the same sequences. Returns this rank's grad_accum micro-batches."""
-    g = torch.Generator().manual_seed(seed * 1_000_003 + step)
-    shards = train_data if isinstance(train_data, list) else [train_data]
-    ends = np.cumsum([len(s) for s in shards])
-    n = batch_size * grad_accum * world
-    starts = torch.randint(0, int(ends[-1]), (n,), generator=g).numpy()
-    rows = []
-    for pos in starts[rank * batch_size * grad_accum:(rank + 1) * batch_size * grad_accum]:
-        i = int(np.searchsorted(ends, pos, side="right"))
-        shard = shards[i]
-        off = min(int(pos - (ends[i] - len(shard))), len(shard) - T - 1)  # windows stay inside a shard
-        rows.append(torch.from_numpy(shard[off:off + T + 1].astype(np.int64)))
-    xy = torch.stack(rows).view(grad_accum, batch_size, T + 1)
+    """This rank's grad_accum micro-batches of the step's global batch (prepare.windows)."""
+    mine = slice(rank * batch_size * grad_accum, (rank + 1) * batch_size * grad_accum)
+    xy = windows(train_data, seed, step, batch_size * grad_accum * world, T, mine).view(grad_accum, batch_size, T + 1)
     xy = xy.pin_memory().to(device, non_blocking=True) if cuda else xy  # the copy overlaps the GPU's work
     return [(xy[i, :, :-1], xy[i, :, 1:]) for i in range(grad_accum)]
 
