@@ -92,7 +92,7 @@ class ReLU2(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         r, = ctx.saved_tensors
-        return g * r * 2
+        return (g * r).mul_(2)
 
 
 class MLP(nn.Module):
