@@ -5,6 +5,7 @@ Training throughput of the five designs and of a plain GPT-2-style model, side b
     python bench.py --compile            # every model through torch.compile
     python bench.py --muon_dtype=bf16    # Newton-Schulz as torch.optim.Muon runs it
     python bench.py --preset=128m --batch_size=8 --compile
+    python bench.py --rounds=1 --profile=mha,gpt2   # and where the time of each goes
 
 Each round times one training step of every model in turn (each round starting with the next) —
 forward + backward, then clipping and the real optimisers (Muon + AdamW, as train.py) — so machine
@@ -39,6 +40,9 @@ p.add_argument("--block_size", type=int, default=None, help="context; default th
 p.add_argument("--rounds", type=int, default=10)
 p.add_argument("--compile", action="store_true")
 p.add_argument("--muon_dtype", choices=["auto", "bf16", "fp32"], default="auto")
+p.add_argument("--data_dir", default="data", help="where the embedded corpus is (prepared there if not)")
+p.add_argument("--profile", default="", help="e.g. mha,gpt2: after the table, torch.profiler's top ops of "
+               "3 steps of each, to see where the time goes")
 args = p.parse_args()
 
 
@@ -130,7 +134,7 @@ def memory_mb(model, run, opts):
 
 
 memory = {a: memory_mb(m, r, o) for a, (_, m, r, o) in models.items()}
-data = load_split(prepare("shakespeare", "byte"), "train")  # the embedded corpus: what train.py reads by default
+data = load_split(prepare("shakespeare", "byte", args.data_dir), "train")  # the embedded corpus: what train.py reads by default
 
 
 def load(step):
@@ -163,3 +167,9 @@ for attn, (cfg, _, _, _) in models.items():
           f"{1e3 * fb:10.1f} {1e3 * opt:9.1f} {100 * opt / (fb + opt):7.1f}% {memory[attn]:9.1f} {mflop:>15}")
 print(f"data loader (prepare.windows, as train.py): {1e3 * statistics.median(t_data):.2f} ms a step, "
       f"{100 * statistics.median(t_data) / total['mha']:.2f}% of MHA's step")
+for attn in filter(None, args.profile.split(",")):
+    with torch.profiler.profile() as prof:
+        for _ in range(3):
+            step(*models[attn][1:])
+    print(f"\n{attn}: 3 steps, ops by their own time")
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15, max_name_column_width=40))

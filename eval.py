@@ -61,10 +61,18 @@ def load_model(path, device="cpu"):
     if not os.path.exists(path):
         sys.exit(f"error: no checkpoint at {path}; train one with `python train.py`")
     try:
-        ckpt = torch.load(path, map_location="cpu", mmap=True, weights_only=False)
-        model = GPT(GPTConfig(**ckpt["model_config"]))
-        model.load_state_dict(ckpt.pop("model"))
-        ckpt.pop("optims", None)
+        if os.path.isdir(path):  # a --fsdp checkpoint, ckpt_STEP/: every rank's shards, and meta.pt
+            import torch.distributed.checkpoint as dcp
+            ckpt = torch.load(os.path.join(path, "meta.pt"), map_location="cpu", weights_only=False)
+            model = GPT(GPTConfig(**ckpt["model_config"]))
+            state = {"model": model.state_dict()}
+            dcp.load(state, checkpoint_id=path)  # one process gathers the shards; the optimisers' stay unread
+            model.load_state_dict(state["model"])
+        else:
+            ckpt = torch.load(path, map_location="cpu", mmap=True, weights_only=False)
+            model = GPT(GPTConfig(**ckpt["model_config"]))
+            model.load_state_dict(ckpt.pop("model"))
+            ckpt.pop("optims", None)
     except Exception as e:
         sys.exit(f"error: {path} is not a readable nanoKV checkpoint ({type(e).__name__}: "
                  f"{str(e).splitlines()[0][:120]}); restore it or train again")
@@ -251,7 +259,7 @@ def fail(msg):
 def main(argv=None):
     from tokenizer import get_tokenizer
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("checkpoint", nargs="?", help="a ckpt.pt written by train.py")
+    p.add_argument("checkpoint", nargs="?", help="a ckpt.pt written by train.py, or a ckpt_STEP/ folder (--fsdp)")
     p.add_argument("--preset", help=f"a shape instead of a checkpoint, for --kv and --decode-bench: "
                                     f"{', '.join(PRESETS)}")
     p.add_argument("--block_size", type=int, help="--kv, --decode-bench: override the shape's context")

@@ -75,6 +75,7 @@ if __name__ == "__main__":
 # ---- train.py on two gloo ranks: FSDP2 against DDP and one process; its sharded checkpoints
 
 import json  # noqa: E402
+import re  # noqa: E402
 
 import pytest  # noqa: E402
 
@@ -105,6 +106,12 @@ def test_fsdp_matches_ddp_and_one_process_and_resumes_exactly(tmp_path):
             assert other.keys() == one.keys() and len(one) >= 3
             assert all(abs(one[k] - other[k]) < 5e-6 for k in one), (r, key, one, other)
     assert sorted(os.listdir(tmp_path / "fsdp")) == ["ckpt_8", "log.jsonl"]  # the last good one only
+    # eval.py reads the sharded checkpoint in one process: the test loss the run logged at step 8
+    out = subprocess.run([sys.executable, "eval.py", str(tmp_path / "fsdp" / "ckpt_8")], cwd=ROOT, capture_output=True,
+                         text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    loss = float(re.search(r"step 8, lrkv: test loss ([\d.]+)", out.stdout).group(1))
+    assert loss == pytest.approx(curve(runs["fsdp"], "test_loss")[8], abs=1e-4)  # printed to 4 decimals
     # killed while writing step 6's checkpoint: step 3's stays, and the same command with --resume
     # finishes the run with the losses of the uninterrupted one
     p = train(tmp_path, *SHARDED, "--run_name=cut", "--fsdp", launcher=TORCHRUN, check=False,
