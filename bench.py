@@ -127,8 +127,7 @@ def memory_mb(model, run, opts):
         return t
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), autocast:
         _, loss = model(x, x)
-    saved.pop(model.lm_head.weight.untyped_storage().data_ptr(), None)  # parameters are not activations
-    for p_ in model.parameters():
+    for p_ in model.parameters():  # parameters are not activations
         saved.pop(p_.untyped_storage().data_ptr(), None)
     return sum(saved.values()) / 2**20
 

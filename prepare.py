@@ -459,7 +459,6 @@ def load_split(dataset_dir, split):
     return arrays if meta["sharded"] else arrays[0]
 
 
-
 def windows(split, seed, step, n, T, rows=None):
     """The training windows of one step: n windows of T+1 tokens, drawn as a function of (seed,
     step) alone, so a resumed run and a run on any number of ranks see the same sequences. rows
@@ -476,6 +475,7 @@ def windows(split, seed, step, n, T, rows=None):
         off = min(int(pos - (ends[i] - len(shard))), len(shard) - T - 1)  # windows stay inside a shard
         out.append(torch.from_numpy(shard[off:off + T + 1].astype(np.int64)))
     return torch.stack(out)
+
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description="tokenize a corpus into data/<dataset>_<tokenizer>/")

@@ -25,7 +25,6 @@ import sys
 import time
 from dataclasses import asdict, fields
 
-import numpy as np
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
