@@ -38,15 +38,20 @@ def evaluate(model, val, T, batch_size, eval_tokens, token_bytes, device, rank=0
     model.eval()
     n_windows = max(1, min(eval_tokens, len(val) - 1) // T)
     mine = list(range(rank, n_windows, world))
+    # every rank makes as many forwards as the first (FSDP2 gathers weights in each, a collective):
+    # one with no windows left runs window 0 and drops it
+    n_batches = math.ceil(math.ceil(n_windows / world) / batch_size)
     sums = torch.zeros(3, dtype=torch.float64, device=device)  # nats, tokens, bytes
-    for i in range(0, len(mine), batch_size):
-        rows = [torch.from_numpy(val[w * T:w * T + T + 1].astype("int64")) for w in mine[i:i + batch_size]]
+    for i in range(0, n_batches * batch_size, batch_size):
+        ws = mine[i:i + batch_size]
+        rows = [torch.from_numpy(val[w * T:w * T + T + 1].astype("int64")) for w in ws or [0]]
         xy = torch.stack(rows).to(device)
         x, y = xy[:, :-1], xy[:, 1:]
         logits, _ = model(x)
         nats = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction="sum")
-        sums += torch.stack([nats.double(), torch.tensor(y.numel(), dtype=torch.float64, device=device),
-                             token_bytes[y].sum()])
+        if ws:
+            sums += torch.stack([nats.double(), torch.tensor(y.numel(), dtype=torch.float64, device=device),
+                                 token_bytes[y].sum()])
     if world > 1:
         dist.all_reduce(sums)
     model.train()

@@ -521,10 +521,8 @@ while True:  # `step` optimiser steps are done
     evaluating = (step % eval_interval == 0 or step == max_iters) and step > last_logged
     if evaluating:
         with autocast:
-            # FSDP2 gathers each block's weights in every forward, a collective: each rank must make
-            # as many forwards as the others, so under --fsdp every rank evaluates every window
             record["test_loss"], record["test_bpb"] = evaluate(model, val_data, T, batch_size, eval_tokens, token_bytes,
-                                                               device, *((0, 1) if fsdp else (rank, world)))
+                                                               device, rank, world)
         maybe_die("eval", step)
         log(f"step {step}: test loss {record['test_loss']:.4f}, {record['test_bpb']:.4f} bits/byte")
     if (evaluating or step % log_interval == 0) and step > last_logged:

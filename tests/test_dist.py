@@ -83,8 +83,10 @@ import test_train  # noqa: E402
 from test_train import curve, one_line_error, read_log, train  # noqa: E402
 
 TORCHRUN = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2")
-# evals every 4 steps, checkpoints every 3; LRKV: a per-head Muon parameter, which FSDP2 must keep
-SHARDED = ["--attn=lrkv", "--max_iters=8", "--eval_interval=4", "--ckpt_interval=3", "--batch_size=2"]
+# evals every 4 steps, checkpoints every 3; LRKV: a per-head Muon parameter, which FSDP2 must keep;
+# 5 test windows: rank 0 evaluates 3 in 2 batches, rank 1 2 in 1 and a dropped one (FSDP2's forwards must pair)
+SHARDED = ["--attn=lrkv", "--max_iters=8", "--eval_interval=4", "--ckpt_interval=3", "--batch_size=2",
+           "--eval_tokens=160"]
 
 
 @pytest.fixture(autouse=True)
