@@ -133,7 +133,8 @@ def memory_per_gpu(cfg, batch_size, world, fsdp, checkpointing=False):
     matmuls keep for backward, 2P. FSDP2: the first four divided by the world size; no autocast
     copies, but bf16 gathers of two blocks (the one computing and the one prefetched) and of the
     embedding and head (the root's weights stay gathered), one block's fp32 gradient before its
-    reduce-scatter, and Muon's chunk of `world` whole matrices (fp32 gradient and update).
+    reduce-scatter, and Muon's whole matrices in flight (two chunks of `world` bf16 updates and a
+    gathered fp32 gradient: under 8 bytes x world x the largest matrix).
     Plus activations: batch_size · block_size · activation_bytes_per_token."""
     P, d, V = params(cfg), cfg.n_embd, cfg.vocab_size
     A = 2 * V * d + cfg.n_layer * norm_params_per_layer(cfg)

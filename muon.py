@@ -18,7 +18,8 @@ three things it lacks:
   unshared one. A sharded (DTensor) parameter's gradient is gathered whole first, and each rank
   applies its own shard of the update.
 
-    torchrun --standalone --nproc_per_node=2 muon.py [preset]   # median Muon step, shared and not
+    torchrun --standalone --nproc_per_node=2 muon.py [preset] [batch]   # the optimisers' share of a step,
+                                                                         # shared and not; estimated on 8 GPUs
 """
 import math
 import sys
@@ -68,9 +69,10 @@ class Muon(torch.optim.Optimizer):
         shared = share and dist.is_initialized() and dist.get_world_size() > 1
         rank, world = (dist.get_rank(), dist.get_world_size()) if shared else (0, 1)
         # largest first, `world` matrices at a time, the k-th of each chunk orthogonalised by rank k:
-        # same-shape matrices fall into the same chunks, which balances the ranks' work; and only one
-        # chunk of whole (gathered) matrices is held at a time, which keeps FSDP2's memory sharded
+        # same-shape matrices fall into the same chunks, which balances the ranks' work; and at most two
+        # chunks of whole (gathered) matrices are held at a time, which keeps FSDP2's memory sharded
         jobs.sort(key=lambda j: -ns_flops(*j[0].shape, getattr(j[0], "heads", 1)))  # stable: the same order on every rank
+        pending = []  # the previous chunk: its broadcasts travel while this chunk is orthogonalised
         for c in range(0, len(jobs), world):
             chunk, updates = [], []
             for k, (p, group) in enumerate(jobs[c:c + world]):
@@ -85,16 +87,22 @@ class Muon(torch.optim.Optimizer):
                     u = torch.empty(g.shape, dtype=self.ns_dtype, device=g.device)
                 chunk.append((p, group, g.shape))
                 updates.append(u)
-            if shared:
-                for w in [dist.broadcast(u, k, async_op=True) for k, u in enumerate(updates)]:
-                    w.wait()
-            for (p, group, (rows, cols)), u in zip(chunk, updates):
-                if isinstance(p, DTensor):  # this rank's shard of the whole update: a local slice, no traffic
-                    u = DTensor.from_local(u, p.device_mesh, [Replicate()], run_check=False).redistribute(
-                        p.device_mesh, p.placements)
-                lr, H = group["lr"], getattr(p, "heads", 1)
-                p.mul_(1 - lr * group["weight_decay"])
-                p.add_(u, alpha=-lr * math.sqrt(max(1.0, rows / H / cols)))
+            works = [dist.broadcast(u, k, async_op=True) for k, u in enumerate(updates)] if shared else []
+            self._apply(*pending)
+            pending = chunk, updates, works
+        self._apply(*pending)
+
+    @staticmethod
+    def _apply(chunk=(), updates=(), works=()):
+        for w in works:
+            w.wait()
+        for (p, group, (rows, cols)), u in zip(chunk, updates):
+            if isinstance(p, DTensor):  # this rank's shard of the whole update: a local slice, no traffic
+                u = DTensor.from_local(u, p.device_mesh, [Replicate()], run_check=False).redistribute(
+                    p.device_mesh, p.placements)
+            lr, H = group["lr"], getattr(p, "heads", 1)
+            p.mul_(1 - lr * group["weight_decay"])
+            p.add_(u, alpha=-lr * math.sqrt(max(1.0, rows / H / cols)))
 
 
 def newton_schulz_dtype(choice, gpu):
@@ -118,22 +126,59 @@ def optimizers(model, matrix_lr, embed_lr, head_lr, weight_decay, betas, ns_dtyp
                               betas=betas, weight_decay=weight_decay)]
 
 
-if __name__ == "__main__":  # median time of a Muon step on a preset's matrices: every rank alone vs shared
-    from model import GPT, preset
-    if "RANK" in __import__("os").environ:
+def step_flops(cfg, tokens):
+    """(forward + backward FLOPs of a training step of `tokens` tokens, Newton-Schulz FLOPs of one
+    unshared Muon step) for a model config, from shapes alone (the model is built on the meta device)."""
+    from flops import train_flops_per_token
+    from model import GPT
+    with torch.device("meta"):
+        model = GPT(cfg)
+    muon = optimizers(model, 0.02, 0.2, 0.004, 0.1, (0.9, 0.95), torch.float32)[0]
+    ns = sum(ns_flops(*p.shape, getattr(p, "heads", 1)) for g in muon.param_groups for p in g["params"])
+    return train_flops_per_token(cfg) * tokens, ns
+
+
+if __name__ == "__main__":
+    # torchrun --standalone --nproc_per_node=2 muon.py [preset] [batch]: the optimisers' share of a
+    # training step (DDP over gloo) with Muon alone on every rank and shared; then the same from FLOPs
+    # for each GPU preset on 8 GPUs, at the paper's global batch of 32,768 tokens
+    import os
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from model import GPT, PRESETS, preset
+    name, batch = (sys.argv[1:] + ["cpu"])[0], int((sys.argv[2:] + ["16"])[0])
+    if "RANK" in os.environ:
         dist.init_process_group("gloo")
+    world = dist.get_world_size() if dist.is_initialized() else 1
     torch.manual_seed(0)
-    model = GPT(preset(sys.argv[1] if len(sys.argv) > 1 else "cpu"))
-    opt = optimizers(model, 0.02, 0.2, 0.004, 0.1, (0.9, 0.95), torch.float32)[0]
-    for p in model.parameters():
-        p.grad = torch.randn_like(p)
-    times = {False: [], True: []}
-    for share in (False, True) * 10:
-        if dist.is_initialized():
+    cfg = preset(name)
+    model = GPT(cfg)
+    run = DDP(model, forward_sync_buffers=False) if world > 1 else model
+    opts = optimizers(model, 0.02, 0.2, 0.004, 0.1, (0.9, 0.95), torch.float32)
+    x = torch.randint(0, cfg.vocab_size, (batch, cfg.block_size))
+    times = {False: [], True: []}  # share -> (forward + backward, optimiser) seconds
+    for i, share in enumerate((False, True) * 7):
+        if world > 1:
             dist.barrier()
         t0 = time.perf_counter()
-        opt.step(share=share)
-        times[share].append(time.perf_counter() - t0)
+        run(x, x)[1].backward()
+        t1 = time.perf_counter()
+        opts[0].step(share=share)
+        opts[1].step()
+        model.zero_grad(set_to_none=True)
+        if i >= 4:  # two warm-up steps of each
+            times[share].append((t1 - t0, time.perf_counter() - t1))
     if not dist.is_initialized() or dist.get_rank() == 0:
+        print(f"{name}, {world} rank(s), {torch.get_num_threads()} thread(s) each, {batch}x{cfg.block_size} tokens a rank, "
+              f"Newton-Schulz in fp32; medians of {len(times[True])} steps on rank 0")
         for share, ts in times.items():
-            print(f"{'shared' if share else 'alone'} Muon step: median {1e3 * sorted(ts)[len(ts) // 2]:.1f} ms")
+            fb, opt = (sorted(t[j] for t in ts)[len(ts) // 2] for j in (0, 1))
+            print(f"  Muon {'shared' if share else 'alone '}: forward+backward {1e3 * fb:7.1f} ms, optimisers "
+                  f"{1e3 * opt:6.1f} ms, {100 * opt / (fb + opt):4.1f}% of the step")
+        print("from FLOPs, 8 GPUs, 4,096 tokens each (Newton-Schulz at the training's FLOP rate):")
+        for p in PRESETS:
+            if p != "cpu":
+                train, ns = step_flops(preset(p), 4096)
+                print(f"  {p:8} forward+backward {train / 1e12:5.1f} TFLOP, Newton-Schulz {ns / 1e12:5.2f} TFLOP: "
+                      f"{100 * ns / (train + ns):4.1f}% of the step alone, {100 * ns / 8 / (train + ns / 8):4.1f}% shared")
+    if dist.is_initialized():
+        dist.destroy_process_group()

@@ -437,9 +437,9 @@ if ddp:  # every rank must agree on which steps evaluate
     last_logged = int(t)
 
 train_model = torch.compile(model) if compile else model
-if ddp and not fsdp:  # gradients live in DDP's buckets (no second copy); no buffers to broadcast (RoPE tables are fixed)
+if ddp and not fsdp:  # gradients live in DDP's buckets (no second copy); buffers synced once, not every forward (RoPE tables are fixed)
     train_model = DDP(train_model, device_ids=[local_rank] if cuda else None, gradient_as_bucket_view=True,
-                      broadcast_buffers=False)
+                      forward_sync_buffers=False)
 
 device_name = torch.cuda.get_device_name(device) if cuda else "cpu"
 peak = flops.peak_flops(device_name)

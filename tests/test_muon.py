@@ -69,3 +69,22 @@ def test_lr_scale_follows_each_block_shape(shape):
     step = (p.detach() - before * (1 - 0.02 * 0.1)) / 0.02
     expected = max(1.0, shape[0] / shape[1]) ** 0.5
     assert torch.linalg.matrix_norm(step, ord=2) == pytest.approx(expected, rel=0.35)
+
+
+def test_newton_schulz_flops_are_what_a_step_runs():
+    # step_flops (muon.py's estimate of the optimiser's share) counts what Muon.step multiplies,
+    # per-head blocks included: torch's FLOP counter over one step of a small LRKV model
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from model import GPT, preset
+    from muon import ns_flops, optimizers, step_flops
+    assert ns_flops(64, 32) == ns_flops(32, 64) == 5 * (4 * 32 * 32 * 64 + 2 * 32 ** 3)  # the wide side
+    cfg = preset("cpu", attn="lrkv", n_layer=2)
+    model = GPT(cfg)
+    muon = optimizers(model, 0.02, 0.2, 0.004, 0.1, (0.9, 0.95), torch.float32)[0]
+    for p in model.parameters():
+        p.grad = torch.randn_like(p)
+    with FlopCounterMode(display=False) as counter:
+        muon.step()
+    train, ns = step_flops(cfg, 4096)
+    assert ns == counter.get_total_flops() and train > ns > 0
