@@ -21,6 +21,7 @@ three things it lacks:
     torchrun --standalone --nproc_per_node=2 muon.py [preset] [batch]   # the optimisers' share of a step,
                                                                          # shared and not; estimated on 8 GPUs
 """
+import itertools
 import math
 import sys
 import time
@@ -29,6 +30,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor, Replicate
 
+BATCH = 2**22  # numbers a rank orthogonalises in one batch: small matrices go together, large ones alone
 A, B, C = 3.4445, -4.7750, 2.0315  # the quintic's coefficients (torch's, Keller Jordan's)
 
 
@@ -65,44 +67,62 @@ class Muon(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None, share=True):
-        jobs = [(p, group) for group in self.param_groups for p in group["params"] if p.grad is not None]
         shared = share and dist.is_initialized() and dist.get_world_size() > 1
         rank, world = (dist.get_rank(), dist.get_world_size()) if shared else (0, 1)
-        # largest first, `world` matrices at a time, the k-th of each chunk orthogonalised by rank k:
-        # same-shape matrices fall into the same chunks, which balances the ranks' work; and at most two
-        # chunks of whole (gathered) matrices are held at a time, which keeps FSDP2's memory sharded
-        jobs.sort(key=lambda j: -ns_flops(*j[0].shape, getattr(j[0], "heads", 1)))  # stable: the same order on every rank
+        jobs = [(p, group, gi) for gi, group in enumerate(self.param_groups) for p in group["params"] if p.grad is not None]
+        # largest first, and matrices of one shape (and group) together: they are orthogonalised as one
+        # batch, n to a rank (as many as fit in BATCH numbers, at least one), a chunk of n·world at a
+        # time, slice k by rank k and broadcast from there. Every rank has the same list in the same
+        # order (a stable sort); same-shape slices balance the ranks' work; and at most two chunks of
+        # whole (gathered) matrices are held at a time, which keeps FSDP2's memory sharded
+        def key(job):
+            p, _, gi = job
+            return -ns_flops(*p.shape, heads(p)), tuple(p.shape), heads(p), gi
+        jobs.sort(key=key)
         pending = []  # the previous chunk: its broadcasts travel while this chunk is orthogonalised
-        for c in range(0, len(jobs), world):
-            chunk, updates = [], []
-            for k, (p, group) in enumerate(jobs[c:c + world]):
-                buf = self.state[p].setdefault("momentum_buffer", torch.zeros_like(p))  # sharded like p
-                buf.lerp_(p.grad, 1 - group["momentum"])
-                g = p.grad.lerp(buf, group["momentum"]) if group["nesterov"] else buf
-                g = g.full_tensor() if isinstance(g, DTensor) else g  # whole: orthogonalisation is not elementwise
-                if k == rank:
-                    u = orthogonalise(g.view(getattr(p, "heads", 1), -1, g.size(1)), group["ns_steps"], self.ns_dtype)
-                    u = u.reshape(g.shape).contiguous()  # a tall matrix's is a transposed view: not sendable
-                else:
-                    u = torch.empty(g.shape, dtype=self.ns_dtype, device=g.device)
-                chunk.append((p, group, g.shape))
-                updates.append(u)
-            works = [dist.broadcast(u, k, async_op=True) for k, u in enumerate(updates)] if shared else []
-            self._apply(*pending)
-            pending = chunk, updates, works
+        for _, run in itertools.groupby(jobs, key):
+            run = [(p, group) for p, group, _ in run]
+            (rows, cols), H, group = run[0][0].shape, heads(run[0][0]), run[0][1]
+            n = max(1, min(math.ceil(len(run) / world), BATCH // (rows * cols)))
+            for c in range(0, len(run), n * world):
+                chunk, mine = run[c:c + n * world], []
+                for i, (p, _) in enumerate(chunk):  # one group: its momentum, Nesterov and steps
+                    buf = self.state[p].setdefault("momentum_buffer", torch.zeros_like(p))  # sharded like p
+                    buf.lerp_(p.grad, 1 - group["momentum"])
+                    g = p.grad.lerp(buf, group["momentum"]) if group["nesterov"] else buf
+                    g = g.full_tensor() if isinstance(g, DTensor) else g  # whole: orthogonalisation is not elementwise
+                    if i // n == rank:
+                        mine.append(g)
+                updates = []  # slice k: (m, rows, cols), m <= n
+                for k in range(0, len(chunk), n):
+                    m = len(chunk[k:k + n])
+                    if k // n == rank:  # (m, rows, cols) -> (m·H, rows/H, cols): each head block alone
+                        u = orthogonalise(torch.stack(mine).view(m * H, -1, cols), group["ns_steps"], self.ns_dtype)
+                        u = u.reshape(m, rows, cols).contiguous()  # a tall matrix's is a transposed view: not sendable
+                    else:
+                        u = torch.empty(m, rows, cols, dtype=self.ns_dtype, device=g.device)
+                    updates.append(u)
+                works = [dist.broadcast(u, k, async_op=True) for k, u in enumerate(updates)] if shared else []
+                self._apply(*pending)
+                pending = chunk, [u_i for u in updates for u_i in u], works
         self._apply(*pending)
 
     @staticmethod
     def _apply(chunk=(), updates=(), works=()):
         for w in works:
             w.wait()
-        for (p, group, (rows, cols)), u in zip(chunk, updates):
+        for (p, group), u in zip(chunk, updates):
             if isinstance(p, DTensor):  # this rank's shard of the whole update: a local slice, no traffic
                 u = DTensor.from_local(u, p.device_mesh, [Replicate()], run_check=False).redistribute(
                     p.device_mesh, p.placements)
-            lr, H = group["lr"], getattr(p, "heads", 1)
+            lr, (rows, cols) = group["lr"], p.shape
             p.mul_(1 - lr * group["weight_decay"])
-            p.add_(u, alpha=-lr * math.sqrt(max(1.0, rows / H / cols)))
+            p.add_(u, alpha=-lr * math.sqrt(max(1.0, rows / heads(p) / cols)))
+
+
+def heads(p):
+    # a weight stored as H stacked row blocks, each its own matrix (LRKV's B_k, B_v), or 1
+    return getattr(p, "heads", 1)
 
 
 def newton_schulz_dtype(choice, gpu):
@@ -134,7 +154,7 @@ def step_flops(cfg, tokens):
     with torch.device("meta"):
         model = GPT(cfg)
     muon = optimizers(model, 0.02, 0.2, 0.004, 0.1, (0.9, 0.95), torch.float32)[0]
-    ns = sum(ns_flops(*p.shape, getattr(p, "heads", 1)) for g in muon.param_groups for p in g["params"])
+    ns = sum(ns_flops(*p.shape, heads(p)) for g in muon.param_groups for p in g["params"])
     return train_flops_per_token(cfg) * tokens, ns
 
 

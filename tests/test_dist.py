@@ -11,7 +11,8 @@ sys.path.insert(0, ROOT)
 
 from muon import Muon  # noqa: E402
 
-SHAPES = [(64, 32), (32, 96), (48, 48), (8, 8), (24, 6)]  # the last: 4 head blocks of (6, 6)
+# batches of one shape: 2 split 1 + 1 over the ranks, 3 split 2 + 1; the last: 4 head blocks of (6, 6)
+SHAPES = [(64, 32), (32, 96), (48, 48), (64, 32), (48, 48), (48, 48), (8, 8), (24, 6)]
 
 
 def make(seed=0):
