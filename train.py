@@ -235,7 +235,8 @@ if limit and need > limit:  # refused now rather than out of memory after minute
     fail(f"this run needs about {need / 2**30:.3g} GiB per rank (flops.memory_per_gpu) and {limit / 2**30:.3g} GiB are "
          f"there; what fits: {' or '.join(fits) if fits else 'none of --fsdp, --activation_checkpointing, --batch_size=1 alone: combine them, or use more or larger GPUs'}")
 torch.manual_seed(seed)
-model = GPT(mcfg).to(device)
+with torch.device(device):  # built where it runs: no full copy in host RAM per rank first (25 GB at 6.3B)
+    model = GPT(mcfg)
 flops_per_token = flops.train_flops_per_token(mcfg)
 if activation_checkpointing:  # each block keeps only its input; backward recomputes the rest
     for block in model.h:

@@ -65,3 +65,12 @@ def test_mfu_peaks_tell_h100_versions_apart():
     assert flops.peak_flops("NVIDIA H100 80GB HBM3") == flops.peak_flops("NVIDIA H200") == 989e12  # SXM
     assert flops.peak_flops("NVIDIA H100 PCIe") == 756e12 and flops.peak_flops("NVIDIA H100 NVL") == 835e12
     assert flops.peak_flops("cpu") is None
+
+
+def test_model_is_built_on_the_device_it_is_made_under():
+    # train.py builds the model under `with torch.device(device)`: every weight and buffer (the RoPE
+    # tables too) is made there, with no full copy in host RAM first; meta stands in for a GPU
+    for attn in ("mha", "mla", "lrkv"):
+        with torch.device("meta"):
+            model = GPT(preset("6.3b", attn=attn))
+        assert {t.device.type for t in [*model.parameters(), *model.buffers()]} == {"meta"}
