@@ -278,7 +278,8 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--kv", action="store_true", help="cache bytes allocated by a prefill, every design")
     p.add_argument("--context", type=int, default=None, help="--kv: tokens prefilled (default block_size)")
-    p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help="--kv, --decode-bench")
+    p.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto", help="auto: bfloat16 on "
+                   "CUDA, float32 on the CPU; the weights of --kv and --decode-bench, autocast for the test loss")
     p.add_argument("--decode-bench", action="store_true", help="decode speed of every design, random weights")
     p.add_argument("--contexts", default=None, help="--decode-bench: e.g. 64,256,1024 (default block_size/4,/2,/1)")
     p.add_argument("--steps", type=int, default=30, help="--decode-bench: timed steps per design and context")
@@ -294,7 +295,10 @@ def main(argv=None):
     if args.preset and (args.sample is not None or args.heads or not shape_only):
         fail("--preset gives only a shape, for --kv and --decode-bench; test loss, --sample and --heads "
              "need a checkpoint")
-    dtype = getattr(torch, args.dtype)
+    # auto: what train.py computes in (bf16 on GPUs: fused attention kernels, the caches' real bytes)
+    dtype_on = lambda device: getattr(torch, args.dtype if args.dtype != "auto" else
+                                      "bfloat16" if device.startswith("cuda") else "float32")
+    dtype = dtype_on(args.device)
     if args.preset:
         try:  # as GQA, so its n_kv_head survives; design_cfgs resolves the other four
             cfg, gqa_kv_heads, name = preset(args.preset, attn="gqa"), None, f"preset {args.preset}"
@@ -327,7 +331,7 @@ def main(argv=None):
             rows = kv_table(cfg, T, dtype=dtype, device=args.device, gqa_kv_heads=gqa_kv_heads)
         except ValueError as e:
             fail(e)
-        print(f"KV cache after a prefill of {T} tokens, batch 1, {args.dtype}; {name}: {shape(cfg)}")
+        print(f"KV cache after a prefill of {T} tokens, batch 1, {str(dtype)[6:]}; {name}: {shape(cfg)}")
         print(f"{'design':6} {'setting':>8} {'allocated':>12} {'formula':>12} {'KiB/token':>10} {'% MHA':>6}")
         for r in rows:
             print(f"{r['design']:6} {r['setting']:>8} {r['allocated']:12,d} {r['formula']:12,d} "
@@ -346,15 +350,16 @@ def main(argv=None):
             fail(f"--modes={args.modes}: use eager, compiled or eager,compiled")
         if args.threads:
             torch.set_num_threads(args.threads)
-        print(f"decode, batch 1, {args.dtype}; {name}: {shape(cfg)}; random weights (speed does not "
+        print(f"decode, batch 1, {str(dtype)[6:]}; {name}: {shape(cfg)}; random weights (speed does not "
               f"depend on them); median of {args.steps} steps after warm-up, designs and modes interleaved")
         for device in ["cpu"] + (["cuda"] if torch.cuda.is_available() else []):
             # other processes on the cores wreck CPU timings: show the load the run started under
             where = (f"{torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.1f} at start"
                      if device == "cpu" else torch.cuda.get_device_name())
+            dtype = dtype_on(device)
             res = decode_bench(cfg, contexts, args.steps, device, dtype, no_cache=args.no_cache,
                                gqa_kv_heads=gqa_kv_heads, modes=modes)
-            print(f"{device} ({where}); cache bytes per token ({args.dtype}); per context: ms/token, tokens/s, "
+            print(f"{device} ({where}); cache bytes per token ({str(dtype)[6:]}); per context: ms/token, tokens/s, "
                   "tokens/s vs MHA, forward MFLOP per token (flops.decode_flops_per_token)"
                   + (", ms/token without a cache (full forward)" if args.no_cache else ""))
             nc = args.no_cache
@@ -388,8 +393,9 @@ def main(argv=None):
             val = load_split(os.path.join(tc.get("data_dir", "data"), f"{tc['dataset']}_{tc['tokenizer']}"), "val")
         except FileNotFoundError as e:
             fail(e)
-        loss, bpb = evaluate(model, val, model.cfg.block_size, args.batch_size, args.eval_tokens or tc["eval_tokens"],
-                             tok.token_bytes(), args.device)
+        with torch.autocast(args.device.partition(":")[0], dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
+            loss, bpb = evaluate(model, val, model.cfg.block_size, args.batch_size,
+                                 args.eval_tokens or tc["eval_tokens"], tok.token_bytes(), args.device)
         print(f"{args.checkpoint}: step {ckpt['step']}, {model.cfg.attn}: test loss {loss:.4f}, {bpb:.4f} bits/byte")
 
 

@@ -1,4 +1,6 @@
 """train.py end to end on tiny models: logs, checkpoints, resume, two ranks, bad input."""
+import contextlib
+import io
 import json
 import os
 import re
@@ -135,6 +137,19 @@ def test_resume_restores_the_rng_state(tmp_path):
     import eval as ev
     model, info = ev.load_model(str(path))
     assert info["step"] == 3 and not {"model", "optims"} & info.keys()
+    # its test loss: on the CPU in fp32, the one the run logged; --dtype=bfloat16 (auto's choice on
+    # CUDA) runs it under bf16 autocast, as train.py on a GPU, and moves it by bf16's rounding only
+    # (seen once the head is scaled up: at 3 steps the logits are near uniform)
+    def test_loss(*args):
+        with contextlib.redirect_stdout(io.StringIO()) as out:
+            ev.main([str(path), *args])
+        return float(re.search(r"test loss ([\d.]+)", out.getvalue()).group(1))
+    assert test_loss() == pytest.approx(curve(read_log(tmp_path / "r" / "log.jsonl")[1], "test_loss")[3], abs=1e-4)
+    ckpt = torch.load(path, weights_only=False)
+    ckpt["model"]["lm_head.weight"] *= 300
+    torch.save(ckpt, path)
+    fp32, bf16 = test_loss(), test_loss("--dtype=bfloat16")
+    assert bf16 != fp32 and abs(bf16 - fp32) < 0.05 * fp32
 
 
 def test_fp16_trains_and_skips_an_inf_gradient_step(tmp_path):
