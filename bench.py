@@ -15,8 +15,8 @@ share of the step and the memory of a step: on CUDA its peak, elsewhere the acti
 backward in an eager step (what grows with batch and context). Weights are random: speed does not
 depend on them.
 
-The reference is nanoGPT's block at our shape and with our optimisers: learned positions,
-LayerNorm, GELU, one fused q/k/v projection, no biases, untied head. It has no RoPE, QK-norm or
+The reference is nanoGPT's block at our shape and with our optimisers and loss head: learned
+positions, LayerNorm, GELU, one fused q/k/v projection, no biases, untied head. It has no RoPE, QK-norm or
 ReLU², so it is what a careful implementation of the paper's base should at least match.
 """
 import argparse
@@ -29,7 +29,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import flops
-from model import GPT, preset
+from model import GPT, LinearCrossEntropy, preset
 from muon import newton_schulz_dtype, optimizers
 from prepare import load_split, prepare, windows
 
@@ -75,8 +75,8 @@ class Reference(nn.Module):
         x = self.wte(idx) + self.wpe.weight[:idx.size(1)]
         for block in self.h:
             x = block(x)
-        logits = self.lm_head(self.ln_f(x)).float()
-        return logits, F.cross_entropy(logits.flatten(0, 1), targets.reshape(-1))
+        # our loss head (model.LinearCrossEntropy): the comparison is of the blocks
+        return None, LinearCrossEntropy.apply(self.ln_f(x).flatten(0, 1), self.lm_head.weight, targets.reshape(-1))
 
 
 device = "cuda" if torch.cuda.is_available() else "cpu"

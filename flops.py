@@ -9,7 +9,7 @@ import os
 import runpy
 import sys
 
-from model import PRESETS, preset
+from model import LOSS_CHUNK, PRESETS, preset
 
 DESIGNS = ["mha", "gqa", "mqa", "mla", "lrkv"]
 
@@ -117,12 +117,13 @@ def activation_bytes_per_token(cfg, checkpointing=False):
     """Bytes autograd keeps per token of a micro-batch, under bf16 autocast: 64·d per layer (the
     five designs' blocks save 52-65·d, measured with saved_tensors_hooks at d = 256: the fp32
     residual, bf16 normed inputs, q, k, v, the attention output, and the MLP's 4·d-wide hidden,
-    ReLU² and its input), 12·d for the embedding and final norm, and 12·V for the logits (bf16,
-    their fp32 copy, the log-softmax and its gradient). With activation checkpointing each block
-    keeps only its fp32 input (4·d), and one block at a time is recomputed (64·d)."""
+    ReLU² and its input), 12·d for the embedding and final norm, and 4·d for the loss head's fp32
+    gradient dx (model.LinearCrossEntropy: the logits are never whole; memory_per_gpu adds its chunk).
+    With activation checkpointing each block keeps only its fp32 input (4·d), and one block at a
+    time is recomputed (64·d)."""
     d = cfg.n_embd
     blocks = cfg.n_layer * 4 * d + 64 * d if checkpointing else cfg.n_layer * 64 * d
-    return blocks + 12 * d + 12 * cfg.vocab_size
+    return blocks + 16 * d
 
 
 def memory_per_gpu(cfg, batch_size, world, fsdp, checkpointing=False):
@@ -135,7 +136,8 @@ def memory_per_gpu(cfg, batch_size, world, fsdp, checkpointing=False):
     embedding and head (the root's weights stay gathered), one block's fp32 gradient before its
     reduce-scatter, and Muon's whole matrices in flight (two chunks of `world` bf16 updates and a
     gathered fp32 gradient: under 8 bytes x world x the largest matrix).
-    Plus activations: batch_size · block_size · activation_bytes_per_token."""
+    Plus activations, batch_size · block_size · activation_bytes_per_token, and the loss head's
+    chunk of logits (bf16, fp32 and their gradient, 12 bytes each) and its weight gradient dW."""
     P, d, V = params(cfg), cfg.n_embd, cfg.vocab_size
     A = 2 * V * d + cfg.n_layer * norm_params_per_layer(cfg)
     M, block = P - A, (P - A) // cfg.n_layer  # hidden matrices; one block's
@@ -145,7 +147,9 @@ def memory_per_gpu(cfg, batch_size, world, fsdp, checkpointing=False):
         weights = states / world + 2 * (2 * block + 2 * V * d) + 4 * block + world * 8 * largest
     else:
         weights = states + 2 * P
-    return weights + batch_size * cfg.block_size * activation_bytes_per_token(cfg, checkpointing)
+    tokens = batch_size * cfg.block_size
+    head = 12 * min(tokens, LOSS_CHUNK // V) * V + 4 * V * d
+    return weights + tokens * activation_bytes_per_token(cfg, checkpointing) + head
 
 
 def memory_table(name, world=8):

@@ -95,6 +95,39 @@ class ReLU2(torch.autograd.Function):
         return (g * r).mul_(2)
 
 
+LOSS_CHUNK = 2**26  # logits the loss makes at a time: 256 MB in fp32, about 1,300 rows of a 50,304 vocabulary
+
+
+class LinearCrossEntropy(torch.autograd.Function):
+    """The loss head, cross_entropy(x Wᵀ, y), without the (N, V) logits alive through backward (at
+    V = 50,304 an 8K-token sequence has 1.6 GB of them in fp32, and their gradient as much). A chunk
+    of rows at a time, the forward makes their fp32 logits, loss and gradient d = (softmax -
+    onehot(y)) / n, then the two products backward would make, dx = d W and dW = dᵀ x; backward
+    only scales them. The same three products as the plain loss: the same FLOPs, none recomputed."""
+
+    @staticmethod
+    def forward(ctx, x, W, y):
+        # x (N, C), W (V, C), y (N,) with -1 ignored -> the mean loss over the other rows
+        keep = y != -1
+        n = keep.sum().clamp(min=1)
+        loss, dx, dW = x.new_zeros((), dtype=torch.float32), torch.empty_like(x), torch.zeros_like(W, dtype=torch.float32)
+        rows = max(1, LOSS_CHUNK // W.size(0))
+        for i in range(0, x.size(0), rows):
+            xc, t, k = x[i:i + rows], y[i:i + rows].clamp(min=0).unsqueeze(1), keep[i:i + rows].unsqueeze(1)
+            logp = (xc @ W.t()).float().log_softmax(dim=-1)  # (rows, V)
+            loss -= (logp.gather(1, t) * k).sum()
+            d = logp.exp_().scatter_add_(1, t, logp.new_full(t.shape, -1.0)).mul_(k / n)  # (softmax - onehot) / n
+            dx[i:i + rows] = d @ W  # (rows, C)
+            dW += d.t() @ xc  # (V, C)
+        ctx.save_for_backward(dx, dW.to(W.dtype))
+        return loss / n
+
+    @staticmethod
+    def backward(ctx, g):
+        dx, dW = ctx.saved_tensors
+        return dx * g, dW * g, None
+
+
 class MLP(nn.Module):
     def __init__(self, cfg):
         super().__init__()
@@ -147,7 +180,8 @@ class GPT(nn.Module):
             m.init_residuals()
 
     def forward(self, idx, targets=None, caches=None, pos=None):
-        """idx (B, T) -> logits (B, T, V) and the loss if targets. With caches (one KVCache per
+        """idx (B, T) -> logits (B, T, V) and the loss if targets (training, with gradients: the loss
+        alone, logits None, see LinearCrossEntropy). With caches (one KVCache per
         layer) the tokens follow the caches[0].n already cached, and n advances; with pos, a (T,)
         tensor of positions, they are written there and n is left alone: the decode step that
         torch.compile turns into one graph for every position."""
@@ -164,11 +198,13 @@ class GPT(nn.Module):
         x = norm(self.wte(idx))  # (B, T, C)
         for i, block in enumerate(self.h):
             x = block(x, self.cos, self.sin, caches[i] if caches else None, pos)
-        logits = self.lm_head(norm(x)).float()  # (B, T, V)
+        x = norm(x)
+        if targets is not None and torch.is_grad_enabled():  # training: the loss alone, its logits never whole
+            return None, LinearCrossEntropy.apply(x.flatten(0, 1), self.lm_head.weight, targets.reshape(-1))
+        logits = self.lm_head(x).float()  # (B, T, V)
         if targets is None:
             return logits, None
-        loss = F.cross_entropy(logits.flatten(0, 1), targets.reshape(-1), ignore_index=-1)
-        return logits, loss
+        return logits, F.cross_entropy(logits.flatten(0, 1), targets.reshape(-1), ignore_index=-1)
 
     def new_caches(self, max_len=None):
         if (max_len or 0) > self.cfg.block_size:

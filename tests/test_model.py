@@ -44,8 +44,8 @@ def test_forward_backward_and_initial_loss(attn):
     cfg = tiny(attn)
     model = GPT(cfg)
     idx = tokens(cfg)
-    logits, loss = model(idx, idx)
-    assert logits.shape == (2, cfg.block_size, cfg.vocab_size)
+    logits, loss = model(idx, idx)  # training: the loss alone (LinearCrossEntropy)
+    assert logits is None and model(idx)[0].shape == (2, cfg.block_size, cfg.vocab_size)
     assert abs(loss.item() - math.log(cfg.vocab_size)) < 0.01  # uniform prediction at init
     loss.backward()
     for name, p in model.named_parameters():
@@ -397,3 +397,28 @@ def test_written_out_gradients_equal_autograds(shape):
     assert yb.dtype == xb.grad.dtype == torch.bfloat16
     torch.testing.assert_close(yb.float(), torch.nn.functional.rms_norm(x.bfloat16().float(), (x.size(-1),)),
                                rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("chunk", [2**26, 64 * 320])  # one chunk; many (the last one short)
+def test_loss_head_equals_cross_entropy_of_the_logits(chunk, monkeypatch):
+    # LinearCrossEntropy against F.cross_entropy(x Wᵀ) with ignored targets: the loss and both
+    # gradients, fp32 (only float sums reordered) and under CPU bf16 autocast (bf16 products in both);
+    # and no (N, V) tensor is kept for backward
+    import model
+    monkeypatch.setattr(model, "LOSS_CHUNK", chunk)
+    torch.manual_seed(0)
+    N, C, V = 1000, 32, 320
+    x, W = torch.randn(N, C, requires_grad=True), (torch.randn(V, C) / 4).requires_grad_()
+    y = torch.randint(0, V, (N,))
+    y[::7] = -1
+    for autocast, tol in ((False, 1e-6), (True, 2e-2)):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            ref = torch.nn.functional.cross_entropy((x @ W.t()).float(), y, ignore_index=-1)
+            saved = []
+            with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.numel()) or t, lambda t: t):
+                loss = model.LinearCrossEntropy.apply(x, W, y)
+        assert max(saved) < N * V
+        grads, ref_grads = torch.autograd.grad(2 * loss, (x, W)), torch.autograd.grad(2 * ref, (x, W))
+        assert abs(loss.item() - ref.item()) < tol * ref.item()
+        for g, r in zip(grads, ref_grads):
+            assert g.dtype == r.dtype and (g - r).abs().max() < tol * r.abs().max()
