@@ -111,13 +111,15 @@ class LinearCrossEntropy(torch.autograd.Function):
         keep = y != -1
         n = keep.sum().clamp(min=1)
         loss, dx, dW = x.new_zeros((), dtype=torch.float32), torch.empty_like(x), torch.zeros_like(W, dtype=torch.float32)
+        amp = x.device.type
+        Wc = W.to(torch.get_autocast_dtype(amp)) if torch.is_autocast_enabled(amp) else W  # cast once, not per product
         rows = max(1, LOSS_CHUNK // W.size(0))
         for i in range(0, x.size(0), rows):
             xc, t, k = x[i:i + rows], y[i:i + rows].clamp(min=0).unsqueeze(1), keep[i:i + rows].unsqueeze(1)
-            logp = (xc @ W.t()).float().log_softmax(dim=-1)  # (rows, V)
+            logp = (xc @ Wc.t()).float().log_softmax(dim=-1)  # (rows, V)
             loss -= (logp.gather(1, t) * k).sum()
             d = logp.exp_().scatter_add_(1, t, logp.new_full(t.shape, -1.0)).mul_(k / n)  # (softmax - onehot) / n
-            dx[i:i + rows] = d @ W  # (rows, C)
+            dx[i:i + rows] = d @ Wc  # (rows, C)
             dW += d.t() @ xc  # (V, C)
         ctx.save_for_backward(dx, dW.to(W.dtype))
         return loss / n
