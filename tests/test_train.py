@@ -240,14 +240,15 @@ def one_line_error(p, *words):
 
 
 def test_bad_input_gives_one_line_errors(tmp_path):
-    one_line_error(train(tmp_path, "--bogus=1", check=False), "--bogus")
-    one_line_error(train(tmp_path, "--attn=xyz", check=False), "attn", "lrkv")
-    one_line_error(train(tmp_path, "--max_iters=ten", check=False), "--max_iters")
-    one_line_error(train(tmp_path, "--n_head=3", check=False), "n_embd")
-    one_line_error(train(tmp_path, "--dataset=fineweb", "--tokenizer=gpt2", "--data_dir=nowhere", check=False),
-                   "python prepare.py fineweb")
-    one_line_error(train(tmp_path, "--total_batch_tokens=200", check=False), "total_batch_tokens")
-    one_line_error(train(tmp_path, "--run_name=none", "--resume", check=False), "drop --resume")
+    cases = [(["--bogus=1"], ["--bogus"]), (["--attn=xyz"], ["attn", "lrkv"]), (["--max_iters=ten"], ["--max_iters"]),
+             (["--n_head=3"], ["n_embd"]), (["--total_batch_tokens=200"], ["total_batch_tokens"]),
+             (["--dataset=fineweb", "--tokenizer=gpt2", "--data_dir=nowhere"], ["python prepare.py fineweb"]),
+             (["--run_name=none", "--resume"], ["drop --resume"])]
+    # all at once: each is mostly a fresh interpreter importing torch, and none writes anything
+    procs = [(train(tmp_path, *args, wait=False), words) for args, words in cases]
+    for p, words in procs:
+        _, err = p.communicate(timeout=300)
+        one_line_error(subprocess.CompletedProcess(p.args, p.returncode, None, err), *words)
 
 
 def test_checkpoint_problems_lose_nothing(tmp_path):
