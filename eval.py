@@ -279,7 +279,8 @@ def main(argv=None):
     p.add_argument("--kv", action="store_true", help="cache bytes allocated by a prefill, every design")
     p.add_argument("--context", type=int, default=None, help="--kv: tokens prefilled (default block_size)")
     p.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto", help="auto: bfloat16 on "
-                   "CUDA, float32 on the CPU; the weights of --kv and --decode-bench, autocast for the test loss")
+                   "CUDA, float32 on the CPU; the weights of --kv and --decode-bench, autocast for the test loss "
+                   "and --sample")
     p.add_argument("--decode-bench", action="store_true", help="decode speed of every design, random weights")
     p.add_argument("--contexts", default=None, help="--decode-bench: e.g. 64,256,1024 (default block_size/4,/2,/1)")
     p.add_argument("--steps", type=int, default=30, help="--decode-bench: timed steps per design and context")
@@ -320,7 +321,8 @@ def main(argv=None):
         n = args.max_new_tokens if args.max_new_tokens is not None else min(200, model.cfg.block_size - len(ids))
         g = torch.Generator(args.device).manual_seed(args.seed)
         try:
-            out = model.generate(torch.tensor([ids]), n, args.temperature, args.top_k, generator=g)
+            with torch.autocast(args.device.partition(":")[0], dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
+                out = model.generate(torch.tensor([ids]), n, args.temperature, args.top_k, generator=g)
         except ValueError as e:
             fail(e)
         print(tok.decode(out[0].tolist()))

@@ -288,6 +288,7 @@ def test_cli_sample_and_heads_from_a_checkpoint(tmp_path, capsys):
     args = [path, "--device=cpu", "--sample=To be", "--max_new_tokens=20"]
     a, b = run_main(capsys, *args, "--seed=1"), run_main(capsys, *args, "--seed=1")
     assert a == b and a.startswith("To be") and a != run_main(capsys, *args, "--seed=2")
+    assert run_main(capsys, *args, "--seed=1", "--dtype=bfloat16").startswith("To be")  # under bf16 autocast (CUDA's auto)
     out = run_main(capsys, path, "--device=cpu", "--heads")
     assert "approximate" in out and out.splitlines()[-1].split()[0] == "mean"
     with pytest.raises(SystemExit, match="shorten the prompt"):
