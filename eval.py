@@ -300,6 +300,7 @@ def main(argv=None):
     dtype_on = lambda device: getattr(torch, args.dtype if args.dtype != "auto" else
                                       "bfloat16" if device.startswith("cuda") else "float32")
     dtype = dtype_on(args.device)
+    amp = torch.autocast(args.device.partition(":")[0], dtype=torch.bfloat16, enabled=dtype == torch.bfloat16)
     if args.preset:
         try:  # as GQA, so its n_kv_head survives; design_cfgs resolves the other four
             cfg, gqa_kv_heads, name = preset(args.preset, attn="gqa"), None, f"preset {args.preset}"
@@ -321,7 +322,7 @@ def main(argv=None):
         n = args.max_new_tokens if args.max_new_tokens is not None else min(200, model.cfg.block_size - len(ids))
         g = torch.Generator(args.device).manual_seed(args.seed)
         try:
-            with torch.autocast(args.device.partition(":")[0], dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
+            with amp:
                 out = model.generate(torch.tensor([ids]), n, args.temperature, args.top_k, generator=g)
         except ValueError as e:
             fail(e)
@@ -358,17 +359,17 @@ def main(argv=None):
             # other processes on the cores wreck CPU timings: show the load the run started under
             where = (f"{torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.1f} at start"
                      if device == "cpu" else torch.cuda.get_device_name())
-            dtype = dtype_on(device)
-            res = decode_bench(cfg, contexts, args.steps, device, dtype, no_cache=args.no_cache,
+            dt = dtype_on(device)
+            res = decode_bench(cfg, contexts, args.steps, device, dt, no_cache=args.no_cache,
                                gqa_kv_heads=gqa_kv_heads, modes=modes)
-            print(f"{device} ({where}); cache bytes per token ({str(dtype)[6:]}); per context: ms/token, tokens/s, "
+            print(f"{device} ({where}); cache bytes per token ({str(dt)[6:]}); per context: ms/token, tokens/s, "
                   "tokens/s vs MHA, forward MFLOP per token (flops.decode_flops_per_token)"
                   + (", ms/token without a cache (full forward)" if args.no_cache else ""))
             nc = args.no_cache
             head = f"{'ms':>7} {'tok/s':>6} {'vs MHA':>6} {'MFLOP':>6}" + (f" {'no-cache':>8}" if nc else "")
             cell = lambda r: (f"{r['ms']:7.3f} {r['tok_s']:6.0f} {r['vs_mha']:5.2f}x {r['mflop']:6.2f}"
                               + (f" {r['ms_no_cache']:8.3f}" if nc else ""))
-            elem = torch.finfo(dtype).bits // 8
+            elem = torch.finfo(dt).bits // 8
             print(f"{'context':24}" + "".join(f"{N:>{len(head) + 2}d}" for N in contexts))
             print(f"{'design':7} {'B/tok':>7} {'mode':>8}" + f"  {head}" * len(contexts))
             for mode in modes:
@@ -395,7 +396,7 @@ def main(argv=None):
             val = load_split(os.path.join(tc.get("data_dir", "data"), f"{tc['dataset']}_{tc['tokenizer']}"), "val")
         except FileNotFoundError as e:
             fail(e)
-        with torch.autocast(args.device.partition(":")[0], dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
+        with amp:
             loss, bpb = evaluate(model, val, model.cfg.block_size, args.batch_size,
                                  args.eval_tokens or tc["eval_tokens"], tok.token_bytes(), args.device)
         print(f"{args.checkpoint}: step {ckpt['step']}, {model.cfg.attn}: test loss {loss:.4f}, {bpb:.4f} bits/byte")
