@@ -161,8 +161,10 @@ def decode_bench(cfg, contexts, steps=30, device="cpu", dtype=torch.float32, bat
         return time.perf_counter() - t
 
     out = {}
-    # one graph per design and context, all from GPT.forward: past dynamo's default of 8 per function
-    with torch._dynamo.config.patch(recompile_limit=8 + len(models) * len(contexts)):
+    # one static graph per design and context, all from GPT.forward: past dynamo's default of 8 per
+    # function, and without its automatic dynamic shapes (a recompile would otherwise trace every
+    # design after the first with symbolic sizes, which a single model's decoding never sees)
+    with torch._dynamo.config.patch(recompile_limit=8 + len(models) * len(contexts), automatic_dynamic_shapes=False):
         for N in contexts:
             idx = torch.randint(0, cfg.vocab_size, (batch, N), generator=torch.Generator().manual_seed(N)).to(device)
             caches = {a: m.new_caches(max_len=N) for a, m in models.items()}

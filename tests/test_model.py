@@ -377,13 +377,21 @@ def test_lrkv_factored_rotates_only_the_shared_key():
 
 @pytest.mark.parametrize("shape", [(3, 7, 32), (2, 5, 4, 16)])
 def test_written_out_gradients_equal_autograds(shape):
-    # norm() and ReLU² carry their own backward (speed): values and gradients must be torch's own
-    from attention import norm
+    # norm() and ReLU² carry their own backward (speed), RoPE is written for speed: values and
+    # gradients must be torch's own autograd of the math written out
+    from attention import norm, rope
     from model import ReLU2
     torch.manual_seed(0)
     x, g = torch.randn(shape, dtype=torch.float64) * 3, torch.randn(shape, dtype=torch.float64)
-    for ours, theirs in ((norm, lambda t: torch.nn.functional.rms_norm(t.float(), (t.size(-1),))),
-                         (ReLU2.apply, lambda t: torch.relu(t).square())):
+    rms = lambda t: torch.nn.functional.rms_norm(t.float(), (t.size(-1),))
+    pairs = [(norm, rms), (ReLU2.apply, lambda t: torch.relu(t).square())]
+    if len(shape) == 4:  # (B, T, H, D): RoPE turns the halves of each head by their position's angles
+        angles = torch.randn(shape[1], shape[-1] // 2) * 3
+        cos, sin, d = angles.cos(), angles.sin(), shape[-1] // 2
+        c, s = cos[:, None, :], sin[:, None, :]  # (T, 1, D/2)
+        rotated = lambda t: torch.cat([t[..., :d] * c + t[..., d:] * s, t[..., d:] * c - t[..., :d] * s], -1)
+        pairs.append((lambda t: rope(t, cos, sin), rotated))
+    for ours, theirs in pairs:
         a, b = x.float().requires_grad_(), x.float().requires_grad_()
         ya, yb = ours(a), theirs(b)
         ya.backward(g.float())
@@ -395,8 +403,7 @@ def test_written_out_gradients_equal_autograds(shape):
     yb = norm(xb)
     yb.backward(g.bfloat16())
     assert yb.dtype == xb.grad.dtype == torch.bfloat16
-    torch.testing.assert_close(yb.float(), torch.nn.functional.rms_norm(x.bfloat16().float(), (x.size(-1),)),
-                               rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close(yb.float(), rms(x.bfloat16()), rtol=1e-2, atol=1e-2)
 
 
 @pytest.mark.parametrize("chunk", [2**26, 64 * 320])  # one chunk; many (the last one short)
