@@ -5,7 +5,7 @@ Training throughput of the five designs and of a plain GPT-2-style model, side b
     python bench.py --compile            # every model through torch.compile
     python bench.py --muon_dtype=bf16    # Newton-Schulz as torch.optim.Muon runs it
     python bench.py --preset=128m --batch_size=8 --compile
-    python bench.py --rounds=1 --profile=mha,gpt2   # and where the time of each goes
+    python bench.py --rounds=1 --profile=mha,gpt2   # and where the time of each goes, op by op
 
 Each round times one training step of every model in turn (each round starting with the next) —
 forward + backward, then clipping and the real optimisers (Muon + AdamW, as train.py) — so machine
@@ -20,6 +20,7 @@ positions, LayerNorm, GELU, one fused q/k/v projection, no biases, untied head. 
 ReLU², so it is what a careful implementation of the paper's base should at least match.
 """
 import argparse
+import collections
 import os
 import statistics
 import time
@@ -41,9 +42,11 @@ p.add_argument("--rounds", type=int, default=10)
 p.add_argument("--compile", action="store_true")
 p.add_argument("--muon_dtype", choices=["auto", "bf16", "fp32"], default="auto")
 p.add_argument("--data_dir", default="data", help="where the embedded corpus is (prepared there if not)")
-p.add_argument("--profile", default="", help="e.g. mha,gpt2: after the table, torch.profiler's top ops of "
-               "3 steps of each, to see where the time goes")
+p.add_argument("--profile", default="", help="e.g. mha,gpt2: after the table, each op's time a step in "
+               "those models side by side (torch.profiler), to see where the time goes")
 args = p.parse_args()
+if set(filter(None, args.profile.split(","))) - set(flops.DESIGNS + ["gpt2"]):
+    p.error(f"--profile={args.profile}: name models among {','.join(flops.DESIGNS + ['gpt2'])}, e.g. --profile=mha,gpt2")
 
 
 class RefBlock(nn.Module):  # nanoGPT's Block, bias=False
@@ -93,7 +96,7 @@ for attn in flops.DESIGNS + ["gpt2"]:
     if rest:  # the reference's positions and final LayerNorm: AdamW, no decay
         opts[1].add_param_group(dict(params=rest, lr=0.2, weight_decay=0.0))
     # dynamic=False: each model its own static graph, as a training run compiles it. By default the
-    # models after the first recompile GPT.forward with dynamic shapes, slower (LRKV 0.90x MHA, not 0.98x)
+    # models after the first recompile GPT.forward with dynamic shapes, slower (LRKV 0.90x MHA, not 1.00x)
     models[attn] = (cfg, model, torch.compile(model, dynamic=False) if args.compile else model, opts)
 x = torch.randint(0, cfg.vocab_size, (args.batch_size, cfg.block_size), device=device)
 
@@ -168,9 +171,17 @@ for attn, (cfg, _, _, _) in models.items():
           f"{1e3 * fb:10.1f} {1e3 * opt:9.1f} {100 * opt / (fb + opt):7.1f}% {memory[attn]:9.1f} {mflop:>15}")
 print(f"data loader (prepare.windows, as train.py): {1e3 * statistics.median(t_data):.2f} ms a step, "
       f"{100 * statistics.median(t_data) / total['mha']:.2f}% of MHA's step")
-for attn in filter(None, args.profile.split(",")):
-    with torch.profiler.profile() as prof:
-        for _ in range(3):
-            step(*models[attn][1:])
-    print(f"\n{attn}: 3 steps, ops by their own time")
-    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15, max_name_column_width=40))
+if args.profile:  # each op's own time a step, the named models side by side, their steps interleaved
+    names, n = args.profile.split(","), 8
+    op_ms = {a: collections.Counter() for a in names}
+    for r in range(n):
+        for attn in names:
+            with torch.profiler.profile() as prof:
+                step(*models[attn][1:])
+            for e in prof.key_averages():
+                op_ms[attn][e.key] += e.self_cpu_time_total / 1e3 / n  # µs -> ms, mean over steps
+    ops = sorted(set().union(*op_ms.values()), key=lambda k: -max(m[k] for m in op_ms.values()))
+    print(f"\nms a step by op (own time under the profiler, mean of {n} steps each, interleaved)")
+    print(f"{'op':60}" + "".join(f"{a:>9}" for a in names))
+    for k in ops[:25] + ["total"]:
+        print(f"{k[:60]:60}" + "".join(f"{sum(op_ms[a].values()) if k == 'total' else op_ms[a][k]:9.2f}" for a in names))

@@ -9,7 +9,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def test_bench_table_has_every_model_its_ratios_and_a_profile(data_dir):
     p = subprocess.run([sys.executable, "bench.py", "--rounds=1", "--batch_size=2", "--block_size=32",
-                        f"--data_dir={data_dir}", "--profile=lrkv"], cwd=ROOT, capture_output=True, text=True,
+                        f"--data_dir={data_dir}", "--profile=lrkv,gpt2"], cwd=ROOT, capture_output=True, text=True,
                        env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     rows = {m[0]: m[1:] for m in (line.split() for line in p.stdout.splitlines())
@@ -21,4 +21,14 @@ def test_bench_table_has_every_model_its_ratios_and_a_profile(data_dir):
         assert (mflop == "-") == (name == "gpt2")
     assert rows["mha"][1] == "1.00x" and rows["gpt2"][2] == "1.00x"
     assert re.search(r"data loader \(prepare.windows, as train.py\): [\d.]+ ms a step", p.stdout)
-    assert "lrkv: 3 steps, ops by their own time" in p.stdout and "aten::mm" in p.stdout
+    # the profile: each op's ms a step, the two models side by side
+    prof = p.stdout[p.stdout.index("ms a step by op"):].splitlines()
+    assert prof[1].split() == ["op", "lrkv", "gpt2"]
+    mm, total = (next(line.split()[1:] for line in prof if line.startswith(op)) for op in ("aten::mm ", "total "))
+    assert 0 < float(mm[0]) < float(total[0]) and 0 < float(mm[1]) < float(total[1])
+
+
+def test_bench_refuses_an_unknown_model_to_profile():
+    p = subprocess.run([sys.executable, "bench.py", "--profile=mha,gpt3"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 2 and "--profile=mha,gpt3: name models among mha,gqa,mqa,mla,lrkv,gpt2" in p.stderr
