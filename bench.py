@@ -45,7 +45,8 @@ p.add_argument("--data_dir", default="data", help="where the embedded corpus is 
 p.add_argument("--profile", default="", help="e.g. mha,gpt2: after the table, each op's time a step in "
                "those models side by side (torch.profiler), to see where the time goes")
 args = p.parse_args()
-if set(filter(None, args.profile.split(","))) - set(flops.DESIGNS + ["gpt2"]):
+profiled = [a for a in args.profile.split(",") if a]
+if set(profiled) - set(flops.DESIGNS + ["gpt2"]):
     p.error(f"--profile={args.profile}: name models among {','.join(flops.DESIGNS + ['gpt2'])}, e.g. --profile=mha,gpt2")
 
 
@@ -96,7 +97,7 @@ for attn in flops.DESIGNS + ["gpt2"]:
     if rest:  # the reference's positions and final LayerNorm: AdamW, no decay
         opts[1].add_param_group(dict(params=rest, lr=0.2, weight_decay=0.0))
     # dynamic=False: each model its own static graph, as a training run compiles it. By default the
-    # models after the first recompile GPT.forward with dynamic shapes, slower (LRKV 0.90x MHA, not 1.00x)
+    # models after the first recompile GPT.forward with symbolic sizes, which no training run sees
     models[attn] = (cfg, model, torch.compile(model, dynamic=False) if args.compile else model, opts)
 x = torch.randint(0, cfg.vocab_size, (args.batch_size, cfg.block_size), device=device)
 
@@ -171,17 +172,17 @@ for attn, (cfg, _, _, _) in models.items():
           f"{1e3 * fb:10.1f} {1e3 * opt:9.1f} {100 * opt / (fb + opt):7.1f}% {memory[attn]:9.1f} {mflop:>15}")
 print(f"data loader (prepare.windows, as train.py): {1e3 * statistics.median(t_data):.2f} ms a step, "
       f"{100 * statistics.median(t_data) / total['mha']:.2f}% of MHA's step")
-if args.profile:  # each op's own time a step, the named models side by side, their steps interleaved
-    names, n = args.profile.split(","), 8
-    op_ms = {a: collections.Counter() for a in names}
+if profiled:  # each op's own time a step, the named models side by side, their steps interleaved
+    n = 8
+    op_ms = {a: collections.Counter() for a in profiled}
     for r in range(n):
-        for attn in names:
+        for attn in profiled:
             with torch.profiler.profile() as prof:
                 step(*models[attn][1:])
             for e in prof.key_averages():
                 op_ms[attn][e.key] += e.self_cpu_time_total / 1e3 / n  # µs -> ms, mean over steps
     ops = sorted(set().union(*op_ms.values()), key=lambda k: -max(m[k] for m in op_ms.values()))
     print(f"\nms a step by op (own time under the profiler, mean of {n} steps each, interleaved)")
-    print(f"{'op':60}" + "".join(f"{a:>9}" for a in names))
+    print(f"{'op':60}" + "".join(f"{a:>9}" for a in profiled))
     for k in ops[:25] + ["total"]:
-        print(f"{k[:60]:60}" + "".join(f"{sum(op_ms[a].values()) if k == 'total' else op_ms[a][k]:9.2f}" for a in names))
+        print(f"{k[:60]:60}" + "".join(f"{sum(op_ms[a].values()) if k == 'total' else op_ms[a][k]:9.2f}" for a in profiled))
