@@ -6,6 +6,7 @@ Training throughput of the five designs and of a plain GPT-2-style model, side b
     python bench.py --muon_dtype=bf16    # Newton-Schulz as torch.optim.Muon runs it
     python bench.py --preset=128m --batch_size=8 --compile
     python bench.py --rounds=1 --profile=mha,gpt2   # and where the time of each goes, op by op
+    python bench.py --bare               # and MHA without RoPE and QK-norm, what the reference lacks
 
 Each round times one training step of every model in turn (each round starting with the next) —
 forward + backward, then clipping and the real optimisers (Muon + AdamW, as train.py) — so machine
@@ -17,7 +18,9 @@ depend on them.
 
 The reference is nanoGPT's block at our shape and with our optimisers and loss head: learned
 positions, LayerNorm, GELU, one fused q/k/v projection, no biases, untied head. It has no RoPE, QK-norm or
-ReLU², so it is what a careful implementation of the paper's base should at least match.
+ReLU², so it is what a careful implementation of the paper's base should at least match. --bare
+adds that comparison's other half: "bare", our MHA with RoPE and QK-norm made identities, the rest
+of the paper's base (RMSNorm, ReLU², separate q/k/v) against the reference's.
 """
 import argparse
 import collections
@@ -29,6 +32,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import attention
 import flops
 from model import GPT, LinearCrossEntropy, preset
 from muon import newton_schulz_dtype, optimizers
@@ -42,12 +46,14 @@ p.add_argument("--rounds", type=int, default=10)
 p.add_argument("--compile", action="store_true")
 p.add_argument("--muon_dtype", choices=["auto", "bf16", "fp32"], default="auto")
 p.add_argument("--data_dir", default="data", help="where the embedded corpus is (prepared there if not)")
+p.add_argument("--bare", action="store_true", help="add 'bare': MHA without RoPE and QK-norm")
 p.add_argument("--profile", default="", help="e.g. mha,gpt2: after the table, each op's time a step in "
                "those models side by side (torch.profiler), to see where the time goes")
 args = p.parse_args()
+names = flops.DESIGNS + ["gpt2"] + ["bare"] * args.bare
 profiled = [a for a in args.profile.split(",") if a]
-if set(profiled) - set(flops.DESIGNS + ["gpt2"]):
-    p.error(f"--profile={args.profile}: name models among {','.join(flops.DESIGNS + ['gpt2'])}, e.g. --profile=mha,gpt2")
+if set(profiled) - set(names):
+    p.error(f"--profile={args.profile}: name models among {','.join(names)}, e.g. --profile=mha,gpt2")
 
 
 class RefBlock(nn.Module):  # nanoGPT's Block, bias=False
@@ -83,14 +89,35 @@ class Reference(nn.Module):
         return None, LinearCrossEntropy.apply(self.ln_f(x).flatten(0, 1), self.lm_head.weight, targets.reshape(-1))
 
 
+def unrotated(x, cos, sin):
+    return x
+
+
+def unnormed(x):
+    return x
+
+
+def bare(model):
+    # model called with RoPE and QK-norm as identities (attention.py looks both up at each call;
+    # the same two functions each time, so a compiled model's guards on them hold)
+    def call(*a):
+        saved = attention.rope, attention.norm
+        attention.rope, attention.norm = unrotated, unnormed
+        try:
+            return model(*a)
+        finally:
+            attention.rope, attention.norm = saved
+    return call
+
+
 device = "cuda" if torch.cuda.is_available() else "cpu"
 sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
 autocast = torch.autocast(device, dtype=torch.bfloat16, enabled=device == "cuda")
 ns_dtype = newton_schulz_dtype(args.muon_dtype, device == "cuda")
 overrides = {} if args.block_size is None else dict(block_size=args.block_size)
 models = {}
-for attn in flops.DESIGNS + ["gpt2"]:
-    cfg = preset(args.preset, attn="mha" if attn == "gpt2" else attn, **overrides)
+for attn in names:
+    cfg = preset(args.preset, attn=attn if attn in flops.DESIGNS else "mha", **overrides)
     model = (Reference if attn == "gpt2" else GPT)(cfg).to(device)
     opts = optimizers(model, 0.02, 0.2, 0.004, 0.1, (0.9, 0.95), ns_dtype)  # Muon: h.*; AdamW: wte, lm_head, gains
     rest = [p for n, p in model.named_parameters() if not n.startswith("h.") and n not in ("wte.weight", "lm_head.weight")]
@@ -98,7 +125,8 @@ for attn in flops.DESIGNS + ["gpt2"]:
         opts[1].add_param_group(dict(params=rest, lr=0.2, weight_decay=0.0))
     # dynamic=False: each model its own static graph, as a training run compiles it. By default the
     # models after the first recompile GPT.forward with symbolic sizes, which no training run sees
-    models[attn] = (cfg, model, torch.compile(model, dynamic=False) if args.compile else model, opts)
+    run = torch.compile(model, dynamic=False) if args.compile else model
+    models[attn] = (cfg, model, bare(run) if attn == "bare" else run, opts)
 x = torch.randint(0, cfg.vocab_size, (args.batch_size, cfg.block_size), device=device)
 
 
@@ -119,7 +147,7 @@ def step(model, run, opts):
     return t1 - t0, time.perf_counter() - t1
 
 
-def memory_mb(model, run, opts):
+def memory_mb(attn, model, run, opts):
     # CUDA: the peak of a whole step. Elsewhere: bytes of the tensors autograd saves for backward
     # in an eager forward (each storage once), the part of a step's memory the design decides
     if device == "cuda":
@@ -132,13 +160,13 @@ def memory_mb(model, run, opts):
         saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
         return t
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), autocast:
-        _, loss = model(x, x)
+        _, loss = (bare(model) if attn == "bare" else model)(x, x)
     for p_ in model.parameters():  # parameters are not activations
         saved.pop(p_.untyped_storage().data_ptr(), None)
     return sum(saved.values()) / 2**20
 
 
-memory = {a: memory_mb(m, r, o) for a, (_, m, r, o) in models.items()}
+memory = {a: memory_mb(a, m, r, o) for a, (_, m, r, o) in models.items()}
 data = load_split(prepare("shakespeare", "byte", args.data_dir), "train")  # the embedded corpus: what train.py reads by default
 
 
@@ -149,7 +177,6 @@ def load(step):
     return time.perf_counter() - t0
 
 times, t_data = {a: [] for a in models}, []
-names = list(models)
 for r in range(args.rounds + 2):  # two warm-up rounds (compile, allocator)
     for attn in names[r % len(names):] + names[:r % len(names)]:  # each round starts with another model
         t = step(*models[attn][1:])
@@ -167,7 +194,7 @@ print(f"{'design':6} {'tokens/s':>10} {'vs MHA':>7} {'vs GPT-2':>8} {'fwd+bwd ms
 total = {a: statistics.median(f + o for f, o in ts) for a, ts in times.items()}
 for attn, (cfg, _, _, _) in models.items():
     fb, opt = (statistics.median(t[i] for t in times[attn]) for i in (0, 1))
-    mflop = "-" if attn == "gpt2" else f"{flops.train_flops_per_token(cfg) / 1e6:.2f}"
+    mflop = "-" if attn not in flops.DESIGNS else f"{flops.train_flops_per_token(cfg) / 1e6:.2f}"
     print(f"{attn:6} {tokens / total[attn]:10,.0f} {total['mha'] / total[attn]:6.2f}x {total['gpt2'] / total[attn]:7.2f}x "
           f"{1e3 * fb:10.1f} {1e3 * opt:9.1f} {100 * opt / (fb + opt):7.1f}% {memory[attn]:9.1f} {mflop:>15}")
 print(f"data loader (prepare.windows, as train.py): {1e3 * statistics.median(t_data):.2f} ms a step, "

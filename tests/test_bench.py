@@ -1,8 +1,13 @@
 """bench.py: every design and the reference, side by side, with ratios, memory, the data loader and a profile."""
 import os
 import re
+import runpy
 import subprocess
 import sys
+
+import torch
+
+import attention
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -32,3 +37,20 @@ def test_bench_refuses_an_unknown_model_to_profile():
     p = subprocess.run([sys.executable, "bench.py", "--profile=mha,gpt3"], cwd=ROOT, capture_output=True, text=True,
                        timeout=120)
     assert p.returncode == 2 and "--profile=mha,gpt3: name models among mha,gqa,mqa,mla,lrkv,gpt2" in p.stderr
+
+
+def test_bare_is_mha_with_rope_and_qk_norm_made_identities(data_dir, monkeypatch):
+    # bench.py --bare: the same MHA model, called with attention.rope and attention.norm swapped for
+    # identities and put back after each call
+    monkeypatch.setattr(sys, "argv", ["bench.py", "--rounds=1", "--batch_size=2", "--block_size=16", "--bare",
+                                      f"--data_dir={data_dir}"])
+    rope, norm = attention.rope, attention.norm
+    g = runpy.run_path(os.path.join(ROOT, "bench.py"))
+    assert (attention.rope, attention.norm) == (rope, norm)
+    _, model, run, _ = g["models"]["bare"]
+    x = g["x"]
+    with torch.no_grad():
+        bare_loss, mha_loss = run(x, x)[1], model(x, x)[1]
+        monkeypatch.setattr(attention, "rope", lambda x, cos, sin: x)
+        monkeypatch.setattr(attention, "norm", lambda x: x)
+        assert torch.equal(bare_loss, model(x, x)[1]) and not torch.allclose(bare_loss, mha_loss)
