@@ -10,9 +10,10 @@ what differs is how keys and values are made and what a KV cache must keep per t
 
 forward(x, cos, sin, cache=None, pos=None): cos/sin are the RoPE tables for every position.
 Without a cache the T tokens sit at positions 0..T-1 (training). With a KVCache and pos None they
-are a prefill at 0..T-1: the training path, then the cache stores what the design keeps. With pos,
-a (T,) tensor of positions, they are written into the cache there and attend over all of it
-under a mask: shapes never depend on the position, so one compiled decode step serves them all.
+are a prefill at 0..T-1: the training path, and the cache stores what the design keeps. With pos,
+a (T,) tensor of positions, they are decoded: written into the cache there, they attend over all
+of it under a mask, so shapes never depend on the position and one compiled step serves them all.
+Each class reads in that order: its training path (the paper's equations), then its decode path.
 """
 import math
 
@@ -31,8 +32,8 @@ def rms_inv(x):
 
 class RMSNorm(torch.autograd.Function):
     """Parameter-free RMSNorm over the last dim (nanochat's), y = x / rms(x), with its gradient
-    written out, dx = (g - y·mean(g·y)) / rms(x): F.rms_norm's backward on a CPU is a chain of
-    autograd ops, 3-4x slower. Computed in fp32 (as CUDA's autocast runs rms_norm) and returned in
+    written out, dx = (g - y·mean(g·y)) / rms(x), one pass where F.rms_norm's backward on a CPU is
+    a chain of autograd ops. Computed in fp32 (as CUDA's autocast runs rms_norm) and returned in
     x's dtype, so normalised q, k and the keys cached stay bf16 under autocast."""
 
     @staticmethod
@@ -56,7 +57,7 @@ norm = RMSNorm.apply
 def rope(x, cos, sin):
     # x (B, T, H, D), cos/sin (T, D/2) -> RoPE(x): the halves [x1, x2] of each head turned by their
     # position's angles, [x1 cos + x2 sin, x2 cos - x1 sin] = x·[cos, cos] + [x2, x1]·[sin, -sin]:
-    # three whole-width passes, none on a strided half (a CPU step's eight: 21-23 ms, 32-34 the old way)
+    # three whole-width passes, none on a strided half
     cos2 = torch.cat([cos, cos], dim=-1)[:, None].to(x.dtype)  # (T, 1, D)
     sin2 = torch.cat([sin, -sin], dim=-1)[:, None].to(x.dtype)
     return torch.addcmul(x * cos2, x.roll(x.size(-1) // 2, dims=-1), sin2)
@@ -169,45 +170,51 @@ class MLA(nn.Module):
         self.W_uv = nn.Linear(self.d_c, H * self.d_v, bias=False)  # c_kv -> v of every head
         self.kv_norm = nn.RMSNorm(self.d_c, elementwise_affine=cfg.mla_deepseek)
         self.c_proj = nn.Linear(H * self.d_v, C, bias=False)
-        self.absorb = False  # use the decode path for full sequences too (tests compare the two)
+        self.scale = 1.0 / math.sqrt(dq)
+
+    def project(self, x, cos, sin):
+        # x (B, T, C) -> q_nope (B, T, H, d_n), q_pe (B, T, H, d_r), c_kv (B, T, d_c), k_pe (B, T, d_r)
+        B, T, C = x.size()
+        q = self.W_uq(norm(self.W_dq(x))) if hasattr(self, "W_dq") else self.c_q(x)
+        q_nope, q_pe = q.view(B, T, self.H, self.d_n + self.d_r).split([self.d_n, self.d_r], dim=-1)
+        c_kv = self.W_dkv(x)
+        c_kv = self.kv_norm(c_kv).type_as(c_kv)  # its dtype, as norm()
+        k_pe = rope(self.W_kr(x).unsqueeze(2), cos, sin).squeeze(2)  # one RoPE key for all heads
+        return q_nope, rope(q_pe, cos, sin), c_kv, k_pe
 
     def forward(self, x, cos, sin, cache=None, pos=None):
+        if pos is not None:
+            return self.decode(x, cos[pos], sin[pos], cache, pos)
         B, T, C = x.size()
-        H, d_n, d_r, d_c, d_v = self.H, self.d_n, self.d_r, self.d_c, self.d_v
-        cos, sin = at(cos, sin, T, pos)
-        q = self.W_uq(norm(self.W_dq(x))) if hasattr(self, "W_dq") else self.c_q(x)
-        q_nope, q_pe = q.view(B, T, H, d_n + d_r).split([d_n, d_r], dim=-1)  # (B, T, H, d_n), (.., d_r)
-        q_pe = rope(q_pe, cos, sin)
-        c_kv = self.W_dkv(x)  # (B, T, d_c)
-        c_kv = self.kv_norm(c_kv).type_as(c_kv)  # its dtype, as norm() above
-        k_pe = rope(self.W_kr(x).unsqueeze(2), cos, sin).squeeze(2)  # (B, T, d_r): one RoPE key for all heads
-        scale = 1.0 / math.sqrt(d_n + d_r)
-        mask = None
-        if cache is not None or self.absorb:  # what a token leaves in the cache: d_c + d_r numbers
-            ckv_pe = torch.cat([c_kv, k_pe], dim=-1)  # (B, T, d_c + d_r)
-        if cache is not None:
-            c, mask = cache.write(pos, ckv_pe=ckv_pe)
-            if pos is not None:
-                ckv_pe = c["ckv_pe"]  # (B, max_len, d_c + d_r)
-        if pos is None and not self.absorb:
-            # training, or a prefill: up-project the latent to full per-head keys and values
-            k_nope = self.W_uk(c_kv).view(B, T, H, d_n)  # (B, T, H, d_n)
-            v = self.W_uv(c_kv).view(B, T, H, d_v)  # (B, T, H, d_v)
-            k = torch.cat([k_nope, k_pe.unsqueeze(2).expand(B, T, H, d_r)], dim=-1)  # (B, T, H, d_n + d_r)
-            q = torch.cat([q_nope, q_pe], dim=-1)
-            y = attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), scale)  # (B, H, T, d_v)
-            return self.c_proj(y.transpose(1, 2).reshape(B, T, H * d_v))
-        # absorbed: q_nope·k_nope = q_nope·(W_uk_h c) = (W_uk_hᵀ q_nope)·c, so attention runs in the
-        # latent space as MQA with one (d_c + d_r)-wide key [c_kv, k_pe] and one d_c-wide value c_kv
+        H, d_n, d_r, d_v = self.H, self.d_n, self.d_r, self.d_v
+        q_nope, q_pe, c_kv, k_pe = self.project(x, cos[:T], sin[:T])
+        if cache is not None:  # a prefill: what a token leaves in the cache, d_c + d_r numbers
+            cache.write(None, ckv_pe=torch.cat([c_kv, k_pe], dim=-1))
+        # up-project the latent to full per-head keys and values (naive, fused causal attention)
+        k_nope = self.W_uk(c_kv).view(B, T, H, d_n)  # (B, T, H, d_n)
+        v = self.W_uv(c_kv).view(B, T, H, d_v)  # (B, T, H, d_v)
+        k = torch.cat([k_nope, k_pe.unsqueeze(2).expand(B, T, H, d_r)], dim=-1)  # (B, T, H, d_n + d_r)
+        q = torch.cat([q_nope, q_pe], dim=-1)
+        y = attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), self.scale)  # (B, H, T, d_v)
+        return self.c_proj(y.transpose(1, 2).reshape(B, T, H * d_v))
+
+    def decode(self, x, cos, sin, cache, pos):
+        """Absorbed, from the cache alone: q_nope·k_nope = q_nope·(W_uk_h c) = (W_uk_hᵀ q_nope)·c, so
+        attention runs in the latent space as MQA with one (d_c + d_r)-wide key [c_kv, k_pe] and one
+        d_c-wide value c_kv, and W_uv is applied after attention. It never builds K or V."""
+        B, T, C = x.size()
+        H, d_n, d_c, d_v = self.H, self.d_n, self.d_c, self.d_v
+        q_nope, q_pe, c_kv, k_pe = self.project(x, cos, sin)
+        c, mask = cache.write(pos, ckv_pe=torch.cat([c_kv, k_pe], dim=-1))
         W_uk = self.W_uk.weight.view(H, d_n, d_c)  # (H, d_n, d_c)
         W_uv = self.W_uv.weight.view(H, d_v, d_c)  # (H, d_v, d_c)
         q_c = torch.einsum("bthn,hnc->bthc", q_nope, W_uk)  # (B, T, H, d_c)
         q = torch.cat([q_c, q_pe], dim=-1).transpose(1, 2)  # (B, H, T, d_c + d_r)
-        kv = ckv_pe.unsqueeze(1)  # (B, 1, Tk, d_c + d_r)
-        # the value is c_kv; passing the whole key keeps q, k, v one width (flash needs it) and
-        # costs d_r extra output columns, dropped here
-        y = attend(q, kv, kv, scale, mask)[..., :d_c]  # (B, H, T, d_c): attention-weighted latents
-        y = torch.einsum("bhtc,hvc->bthv", y, W_uv)  # (B, T, H, d_v): absorb W_uv after attention
+        kv = c["ckv_pe"].unsqueeze(1)  # (B, 1, max_len, d_c + d_r)
+        # the value is c_kv; passing the whole key keeps q, k, v one width and costs d_r extra
+        # output columns, dropped here
+        y = attend(q, kv, kv, self.scale, mask)[..., :d_c]  # (B, H, T, d_c): attention-weighted latents
+        y = torch.einsum("bhtc,hvc->bthv", y, W_uv)  # (B, T, H, d_v)
         return self.c_proj(y.reshape(B, T, H * d_v))
 
 
@@ -252,32 +259,50 @@ class LRKV(nn.Module):
             U.mul_(s.view(H, 1, 1))
             B.mul_(s.view(H, 1, 1))
 
-    def forward(self, x, cos, sin, cache=None, pos=None):
+    def project(self, x, cos, sin, cached):
+        """x (B, T, C) -> the normed, rotated queries q (B, T, H, d_h); X W_s^V (B, T, d_h); the
+        latents R_h = X U_h of K and V (B, T, H, r); K_h before RoPE and QK-norm (B, T, H, d_h) by
+        Eq. 2, K_h = X W_s^K + R_h B_hᵀ (factored: RoPE(X W_s^K) + R_h B_hᵀ); and RoPE(X W_s^K)
+        (B, T, d_h) where the key or the cache needs it."""
         B, T, C = x.size()
         H, r, d_h = self.H, self.r, self.d_h
-        q = self.c_q(x).view(B, T, H, d_h)  # (B, T, H, d_h)
-        q = norm(rope(q, *at(cos, sin, T, pos)))
-        k_s, v_s = self.W_sk(x), self.W_sv(x)  # (B, T, d_h) each: X W_s^K, X W_s^V
-        r_k, r_v = self.U_k(x).view(B, T, H, r), self.U_v(x).view(B, T, H, r)  # (B, T, H, r): R_h = X U_h
+        q = norm(rope(self.c_q(x).view(B, T, H, d_h), cos, sin))
+        k_s, v_s = self.W_sk(x), self.W_sv(x)  # X W_s^K, X W_s^V
+        r_k, r_v = self.U_k(x).view(B, T, H, r), self.U_v(x).view(B, T, H, r)  # R_h = X U_h
+        k_s_rot = rope(k_s.unsqueeze(2), cos, sin).squeeze(2) if self.factored or cached else None
+        k = (k_s_rot if self.factored else k_s).unsqueeze(2) + torch.einsum("bthr,hdr->bthd", r_k, self.B_k.view(H, d_h, r))
+        return q, v_s, r_k, r_v, k, k_s_rot
+
+    @staticmethod
+    def cache_write(cache, pos, v_s, r_k, r_v, k, k_s_rot):
+        # the small cache, 2·d_h + 2·H·r + H: the shared key already rotated (RoPE is linear), the
+        # latents, and each head's 1/rms (QK-norm's divisor), so decode never rebuilds a key
+        k_inv = rms_inv(k).squeeze(-1).type_as(k)  # (B, T, H), as norm()
+        return cache.write(pos, k_s=k_s_rot, k_inv=k_inv, v_s=v_s, r_k=r_k, r_v=r_v)
+
+    def forward(self, x, cos, sin, cache=None, pos=None):
+        if pos is not None:
+            return self.decode(x, cos, sin, cache, pos)
+        B, T, C = x.size()
+        H, r, d_h = self.H, self.r, self.d_h
+        q, v_s, r_k, r_v, k, k_s_rot = self.project(x, cos[:T], sin[:T], cache is not None)
+        if cache is not None:  # a prefill
+            self.cache_write(cache, None, v_s, r_k, r_v, k, k_s_rot)
+        # every head's K_h and V_h (Eqs. 2-3), then RoPE and QK-norm, and attention as MHA's
+        v = v_s.unsqueeze(2) + torch.einsum("bthr,hdr->bthd", r_v, self.B_v.view(H, d_h, r))  # (B, T, H, d_h)
+        k = norm(k if self.factored else rope(k, cos[:T], sin[:T]))
+        y = attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), self.scale)  # (B, H, T, d_h)
+        return self.c_proj(y.transpose(1, 2).reshape(B, T, H * d_h))
+
+    def decode(self, x, cos, sin, cache, pos):
+        """Exactly, from the small cache alone: the scores q·K_h / rms(K_h) as (shared part +
+        residual part) · k_inv, and the values by Eq. 7; no K_h or V_h of a cached token is rebuilt."""
+        B, T, C = x.size()
+        H, r, d_h = self.H, self.r, self.d_h
         B_k, B_v = self.B_k.view(H, d_h, r), self.B_v.view(H, d_h, r)
-        if self.factored or cache is not None:
-            k_s_rot = rope(k_s.unsqueeze(2), *at(cos, sin, T, pos)).squeeze(2)  # (B, T, d_h): RoPE(X W_s^K)
-        # K_h, Eq. 2; factored: RoPE on the shared key alone, K_h = RoPE(K_s) + R_h B_hᵀ
-        k = (k_s_rot if self.factored else k_s).unsqueeze(2) + torch.einsum("bthr,hdr->bthd", r_k, B_k)
-        if cache is not None:
-            # the small cache, 2·d_h + 2·H·r + H: the shared key already rotated (RoPE is linear),
-            # the latents, and each head's 1/rms (QK-norm's divisor), so decode never rebuilds a key
-            k_inv = rms_inv(k).squeeze(-1).type_as(k)  # (B, T, H), as norm()
-            c, mask = cache.write(pos, k_s=k_s_rot, k_inv=k_inv, v_s=v_s, r_k=r_k, r_v=r_v)
-        if pos is None:
-            # training, or a prefill: materialise every head's K_h and V_h (Eqs. 2-3), attend as MHA
-            v = v_s.unsqueeze(2) + torch.einsum("bthr,hdr->bthd", r_v, B_v)  # (B, T, H, d_h)
-            k = norm(k if self.factored else rope(k, cos[:T], sin[:T]))
-            y = attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), self.scale)  # (B, H, T, d_h)
-            return self.c_proj(y.transpose(1, 2).reshape(B, T, H * d_h))
-        # decode, exactly, from the small cache: scores q·K_h/rms(K_h) = (shared + residual part)·k_inv
-        qt = q.transpose(1, 2)  # (B, H, T, d_h)
-        att = qt @ c["k_s"].unsqueeze(1).transpose(-2, -1)  # (B, H, T, Tk): q·RoPE_s(K_s)
+        q, *new = self.project(x, cos[pos], sin[pos], True)
+        c, mask = self.cache_write(cache, pos, *new)
+        att = q.transpose(1, 2) @ c["k_s"].unsqueeze(1).transpose(-2, -1)  # (B, H, T, Tk): q·RoPE_s(K_s)
         if self.factored:  # the residual is not rotated: B_h moves into the query, Eq. 6
             qB = torch.einsum("bthd,hdr->bthr", q, B_k)  # (B, T, H, r): q B_h
             att = att + torch.einsum("bthr,bshr->bhts", qB, c["r_k"])  # (B, H, T, Tk): + (q B_h)·R_s

@@ -1,60 +1,75 @@
 """
-Training throughput of the five designs and of a plain GPT-2-style model, side by side in one run.
+What each design costs at a shape, measured side by side in one run, with random weights (they
+decide neither speed nor memory):
 
-    python bench.py                      # CPU preset, fp32 (bf16 autocast on CUDA)
-    python bench.py --compile            # every model through torch.compile
-    python bench.py --muon_dtype=bf16    # Newton-Schulz as torch.optim.Muon runs it
+    python bench.py [train]     training steps/s of the five designs and a nanoGPT-style reference
+    python bench.py decode      decode tokens/s per context, eager and compiled (GPT.decoder)
+    python bench.py kv          KV-cache bytes after a prefill, against flops.py's formula
+    torchrun --standalone --nproc_per_node=2 bench.py muon   the optimisers' share of a DDP step,
+                                Muon alone on every rank and shared (DistMuon), and from FLOPs on 8 GPUs
+
     python bench.py --preset=128m --batch_size=8 --compile
-    python bench.py --rounds=1 --profile=mha,gpt2   # and where the time of each goes, op by op
-    python bench.py --bare               # and MHA without RoPE and QK-norm, what the reference lacks
+    python bench.py decode --preset=cpu --block_size=1024 --contexts=64,256,1024
+    python bench.py kv --preset=512m-8k --context=8192
 
-Each round times one training step of every model in turn (each round starting with the next) —
-forward + backward, then clipping and the real optimisers (Muon + AdamW, as train.py) — so machine
-noise falls on all of them alike.
-The table gives the median over rounds, the ratios to MHA and to the reference, the optimiser's
-share of the step and the memory of a step: on CUDA its peak, elsewhere the activations saved for
-backward in an eager step (what grows with batch and context). Weights are random: speed does not
-depend on them.
-
-The reference is nanoGPT's block at our shape and with our optimisers and loss head: learned
-positions, LayerNorm, GELU, one fused q/k/v projection, no biases, untied head. It has no RoPE, QK-norm or
-ReLU², so it is what a careful implementation of the paper's base should at least match. --bare
-adds that comparison's other half: "bare", our MHA with RoPE and QK-norm made identities, the rest
-of the paper's base (RMSNorm, ReLU², separate q/k/v) against the reference's.
+Machine noise falls on every design alike: each round times every model in turn, each round
+starting with the next one, and the table gives medians and ratios measured in the same run.
 """
 import argparse
-import collections
 import os
 import statistics
 import time
+from dataclasses import asdict, replace
 
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
-import attention
 import flops
-from model import GPT, LinearCrossEntropy, preset
-from muon import newton_schulz_dtype, optimizers
-from prepare import load_split, prepare, windows
+from common import DESIGNS, autocast, device_name, fail, resolve_device, resolve_dtype, setting, torch_dtype
+from model import GPT, GPTConfig, LinearCrossEntropy, PRESETS, preset
+from muon import EMBED_LR, DistMuon, Muon, heads, newton_schulz_dtype, ns_flops, optimizers
 
-p = argparse.ArgumentParser()
-p.add_argument("--preset", default="cpu")
-p.add_argument("--batch_size", type=int, default=16)
-p.add_argument("--block_size", type=int, default=None, help="context; default the preset's")
-p.add_argument("--rounds", type=int, default=10)
-p.add_argument("--compile", action="store_true")
-p.add_argument("--muon_dtype", choices=["auto", "bf16", "fp32"], default="auto")
-p.add_argument("--data_dir", default="data", help="where the embedded corpus is (prepared there if not)")
-p.add_argument("--bare", action="store_true", help="add 'bare': MHA without RoPE and QK-norm")
-p.add_argument("--profile", default="", help="e.g. mha,gpt2: after the table, each op's time a step in "
-               "those models side by side (torch.profiler), to see where the time goes")
-args = p.parse_args()
-names = flops.DESIGNS + ["gpt2"] + ["bare"] * args.bare
-profiled = [a for a in args.profile.split(",") if a]
-if set(profiled) - set(names):
-    p.error(f"--profile={args.profile}: name models among {','.join(names)}, e.g. --profile=mha,gpt2")
 
+def design_cfgs(cfg):
+    """{design: config} at cfg's shape, each keeping cfg's settings (GQA's K/V heads, r, d_c), and
+    the factored LRKV as "lrkv-f". cfg is a GQA config, so that its n_kv_head is GQA's."""
+    out = {a: GPTConfig(**{**asdict(cfg), "attn": a, "lrkv_factored": False}) for a in DESIGNS}
+    out["lrkv-f"] = GPTConfig(**{**asdict(out["lrkv"]), "lrkv_factored": True})
+    return out
+
+
+def shape(cfg):
+    return (f"{cfg.n_layer} layers, {cfg.n_head} heads, d_model {cfg.n_embd}, d_h {cfg.head_dim}, "
+            f"vocab {cfg.vocab_size}")
+
+
+def build(cfg, device="cpu", dtype=torch.float32):
+    torch.manual_seed(0)
+    return GPT(cfg).to(device=device, dtype=dtype).eval()
+
+
+def check_context(T, cfg):
+    if not 2 <= T <= cfg.block_size:
+        raise ValueError(f"context {T} is outside 2..block_size={cfg.block_size}; pass a smaller one "
+                         "or a larger --block_size")
+
+
+def timer(device):
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+
+    def timed(f):
+        sync()
+        t = time.perf_counter()
+        f()
+        sync()
+        return time.perf_counter() - t
+    return timed
+
+
+# -----------------------------------------------------------------------------
+# training throughput
 
 class RefBlock(nn.Module):  # nanoGPT's Block, bias=False
     def __init__(self, cfg):
@@ -74,6 +89,10 @@ class RefBlock(nn.Module):  # nanoGPT's Block, bias=False
 
 
 class Reference(nn.Module):
+    """nanoGPT's GPT at our shape, with our loss head and optimisers, so the comparison is of the
+    blocks: learned positions, LayerNorm, GELU, one fused q/k/v projection. It has no RoPE, QK-norm
+    or ReLU², so it is what a careful implementation of the paper's base should at least match."""
+
     def __init__(self, cfg):
         super().__init__()
         self.wte, self.wpe = nn.Embedding(cfg.vocab_size, cfg.n_embd), nn.Embedding(cfg.block_size, cfg.n_embd)
@@ -85,131 +104,287 @@ class Reference(nn.Module):
         x = self.wte(idx) + self.wpe.weight[:idx.size(1)]
         for block in self.h:
             x = block(x)
-        # our loss head (model.LinearCrossEntropy): the comparison is of the blocks
         return None, LinearCrossEntropy.apply(self.ln_f(x).flatten(0, 1), self.lm_head.weight, targets.reshape(-1))
 
 
-def unrotated(x, cos, sin):
-    return x
+def bench_train(args, cfg, device, dtype):
+    """Per model: one training step (forward + backward, then clipping and Muon + AdamW, as train.py)
+    a round; the median over rounds, ratios to MHA and to the reference, the optimiser's share, and
+    the memory of a step (CUDA: its peak; elsewhere the activations saved for backward, each storage once)."""
+    from prepare import load_split, prepare, windows
+    amp, ns_dtype = autocast(device, dtype), newton_schulz_dtype(args.muon_dtype, device.startswith("cuda"))
+    timed = timer(device)
+    names = DESIGNS + ["gpt2"]
+    models = {}
+    for name in names:
+        c = replace(cfg, attn=name if name in DESIGNS else "mha", n_kv_head=cfg.n_kv_head if name == "gqa" else None)
+        model = (Reference if name == "gpt2" else GPT)(c).to(device)
+        opts = optimizers(model, ns_dtype, shared=False)  # Muon: h.*; AdamW: wte, lm_head, gains
+        rest = [p for n, p in model.named_parameters() if not n.startswith("h.") and n not in ("wte.weight", "lm_head.weight")]
+        if rest:  # the reference's positions and final LayerNorm: AdamW, no decay
+            opts[1].add_param_group(dict(params=rest, lr=EMBED_LR, weight_decay=0.0))
+        # dynamic=False: each model its own static graph, as a training run compiles it
+        models[name] = (c, model, torch.compile(model, dynamic=False) if args.compile else model, opts)
+    x = torch.randint(0, cfg.vocab_size, (args.batch_size, cfg.block_size), device=device)
+
+    def step(model, run, opts):  # -> (seconds of forward + backward, of clipping + optimiser steps)
+        def fwd_bwd():
+            with amp:
+                _, loss = run(x, x)
+            loss.backward()
+
+        def update():
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            for o in opts:
+                o.step()
+            model.zero_grad(set_to_none=True)
+        return timed(fwd_bwd), timed(update)
+
+    def memory_mb(model, run, opts):
+        if device.startswith("cuda"):
+            torch.cuda.reset_peak_memory_stats()
+            step(model, run, opts)
+            return torch.cuda.max_memory_allocated() / 2**20
+        saved = {}
+
+        def pack(t):
+            saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+            return t
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), amp:
+            model(x, x)
+        for p in model.parameters():  # parameters are not activations
+            saved.pop(p.untyped_storage().data_ptr(), None)
+        return sum(saved.values()) / 2**20
+
+    memory = {n: memory_mb(*m[1:]) for n, m in models.items()}
+    data = load_split(prepare("shakespeare", "byte", args.data_dir), "train")
+    times, t_data = {n: [] for n in names}, []
+    for r in range(args.rounds + 2):  # two warm-up rounds (compiling, the allocator)
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            t = step(*models[name][1:])
+            if r >= 2:
+                times[name].append(t)
+        t_data.append(timed(lambda: windows(data, 0, r, args.batch_size, cfg.block_size).to(device)))
+
+    print(f"preset {args.preset}, batch {args.batch_size}x{cfg.block_size}, {device_name(device)}, "
+          f"{torch.get_num_threads()} threads, {'compiled' if args.compile else 'eager'}, {dtype}, Newton-Schulz in "
+          f"{str(ns_dtype)[6:]}, median of {args.rounds} rounds, load average {os.getloadavg()[0]:.1f}")
+    mem = "peak MB" if device.startswith("cuda") else "saved MB"
+    print(f"{'design':6} {'tokens/s':>10} {'vs MHA':>7} {'vs GPT-2':>8} {'fwd+bwd ms':>10} {'optim ms':>9} "
+          f"{'optim %':>8} {mem:>9} {'train MFLOP/tok':>15}")
+    total = {n: statistics.median(f + o for f, o in ts) for n, ts in times.items()}
+    for name, (c, *_) in models.items():
+        fb, opt = (statistics.median(t[i] for t in times[name]) for i in (0, 1))
+        mflop = "-" if name == "gpt2" else f"{flops.train_flops_per_token(c) / 1e6:.2f}"
+        print(f"{name:6} {x.numel() / total[name]:10,.0f} {total['mha'] / total[name]:6.2f}x "
+              f"{total['gpt2'] / total[name]:7.2f}x {1e3 * fb:10.1f} {1e3 * opt:9.1f} {100 * opt / (fb + opt):7.1f}% "
+              f"{memory[name]:9.1f} {mflop:>15}")
+    print(f"data loader (prepare.windows, as train.py): {1e3 * statistics.median(t_data):.2f} ms a step, "
+          f"{100 * statistics.median(t_data) / total['mha']:.2f}% of MHA's step")
 
 
-def unnormed(x):
-    return x
+# -----------------------------------------------------------------------------
+# decode speed and cache bytes
+
+@torch.no_grad()
+def kv_table(cfg, T, batch=1, dtype=torch.float32, device="cpu"):
+    """Per design: the bytes its caches hold after a prefill of T tokens (allocated, summed over
+    layers), next to flops.kv_cache_bytes_per_token × T at the same element size."""
+    check_context(T, cfg)
+    rows = []
+    for attn, c in design_cfgs(cfg).items():
+        model = build(c, device, dtype)
+        caches = model.new_caches(max_len=T)
+        model(torch.zeros(batch, T, dtype=torch.long, device=device), caches=caches)
+        elem = torch.finfo(dtype).bits // 8
+        rows.append(dict(design=attn, setting=setting(c), allocated=sum(k.nbytes() for k in caches),
+                         formula=batch * T * flops.kv_cache_bytes_per_token(c, bytes_per_elem=elem)))
+    for r in rows:
+        r["pct_mha"] = 100 * r["allocated"] / rows[0]["allocated"]
+    return rows
 
 
-def bare(model):
-    # model called with RoPE and QK-norm as identities (attention.py looks both up at each call;
-    # the same two functions each time, so a compiled model's guards on them hold)
-    def call(*a):
-        saved = attention.rope, attention.norm
-        attention.rope, attention.norm = unrotated, unnormed
-        try:
-            return model(*a)
-        finally:
-            attention.rope, attention.norm = saved
-    return call
+@torch.no_grad()
+def decode_bench(cfg, contexts, steps=30, device="cpu", dtype=torch.float32, batch=1, warmup=5,
+                 no_cache=False, modes=("eager",)):
+    """Decode speed of every design at cfg's shape. A step at context N feeds token N after a
+    prefill of N-1, so it attends over N positions; every step writes that token into the same
+    slot, so every timed step sees exactly N. Each repetition runs every design and mode once, in
+    a rotating order; the median step is reported. modes: "eager" and/or "compiled" (GPT.decoder;
+    the warm-up steps pay for compiling). Returns {(design, N, mode): dict(ms=per step, tok_s=,
+    vs_mha=tok/s over MHA's in that mode, mflop=forward FLOPs per token[, ms_no_cache=])}."""
+    for N in contexts:
+        check_context(N, cfg)
+    models = {a: build(c, device, dtype) for a, c in design_cfgs(cfg).items()}
+    timed = timer(device)
+    out = {}
+    # one static graph per design and context: past dynamo's default of 8 per function, and without
+    # its automatic dynamic shapes, which would trace later designs with symbolic sizes
+    with torch._dynamo.config.patch(recompile_limit=8 + len(models) * len(contexts), automatic_dynamic_shapes=False):
+        for N in contexts:
+            idx = torch.randint(0, cfg.vocab_size, (batch, N), generator=torch.Generator().manual_seed(N)).to(device)
+            caches = {a: m.new_caches(max_len=N) for a, m in models.items()}
+            for a, m in models.items():
+                m(idx[:, :N - 1], caches=caches[a])  # prefill N-1 tokens
+            tok, pos = idx[:, N - 1:].contiguous(), torch.tensor([N - 1], device=device)
+            names = [(a, mode) for a in models for mode in modes]
+            t_step, t_full = {k: [] for k in names}, {k: [] for k in names}
+            for i in range(warmup + steps):
+                for a, mode in names[i % len(names):] + names[:i % len(names)]:
+                    decoder = models[a].decoder(mode == "compiled")
+                    dt = timed(lambda: decoder(tok, caches=caches[a], pos=pos))  # the same slot every step
+                    dt_full = timed(lambda: models[a](idx)) if no_cache else 0.0  # a token without a cache
+                    if i >= warmup:
+                        t_step[a, mode].append(dt)
+                        t_full[a, mode].append(dt_full)
+            for a, mode in names:
+                ms = 1000 * statistics.median(t_step[a, mode])
+                out[a, N, mode] = dict(ms=ms, tok_s=1000 * batch / ms,
+                                       mflop=flops.decode_flops_per_token(models[a].cfg, N) / 1e6)
+                if no_cache:
+                    out[a, N, mode]["ms_no_cache"] = 1000 * statistics.median(t_full[a, mode])
+            for a, mode in names:
+                out[a, N, mode]["vs_mha"] = out[a, N, mode]["tok_s"] / out["mha", N, mode]["tok_s"]
+    return out
 
 
-device = "cuda" if torch.cuda.is_available() else "cpu"
-sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-autocast = torch.autocast(device, dtype=torch.bfloat16, enabled=device == "cuda")
-ns_dtype = newton_schulz_dtype(args.muon_dtype, device == "cuda")
-overrides = {} if args.block_size is None else dict(block_size=args.block_size)
-models = {}
-for attn in names:
-    cfg = preset(args.preset, attn=attn if attn in flops.DESIGNS else "mha", **overrides)
-    model = (Reference if attn == "gpt2" else GPT)(cfg).to(device)
-    opts = optimizers(model, 0.02, 0.2, 0.004, 0.1, (0.9, 0.95), ns_dtype)  # Muon: h.*; AdamW: wte, lm_head, gains
-    rest = [p for n, p in model.named_parameters() if not n.startswith("h.") and n not in ("wte.weight", "lm_head.weight")]
-    if rest:  # the reference's positions and final LayerNorm: AdamW, no decay
-        opts[1].add_param_group(dict(params=rest, lr=0.2, weight_decay=0.0))
-    # dynamic=False: each model its own static graph, as a training run compiles it. By default the
-    # models after the first recompile GPT.forward with symbolic sizes, which no training run sees
-    run = torch.compile(model, dynamic=False) if args.compile else model
-    models[attn] = (cfg, model, bare(run) if attn == "bare" else run, opts)
-x = torch.randint(0, cfg.vocab_size, (args.batch_size, cfg.block_size), device=device)
+def print_kv(args, cfg, device, dtype):
+    T = args.context
+    rows = kv_table(cfg, T, dtype=torch_dtype(dtype), device=device)
+    print(f"KV cache after a prefill of {T} tokens, batch 1, {dtype}; preset {args.preset}: {shape(cfg)}")
+    print(f"{'design':6} {'setting':>14} {'allocated':>12} {'formula':>12} {'KiB/token':>10} {'% MHA':>6}")
+    for r in rows:
+        print(f"{r['design']:6} {r['setting']:>14} {r['allocated']:12,d} {r['formula']:12,d} "
+              f"{r['allocated'] / T / 1024:10.2f} {r['pct_mha']:6.1f}")
 
 
-def step(model, run, opts):
-    # -> (seconds of forward + backward, seconds of clipping + optimiser steps)
-    sync()
-    t0 = time.perf_counter()
-    with autocast:
-        _, loss = run(x, x)
-    loss.backward()
-    sync()
-    t1 = time.perf_counter()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    for o in opts:
-        o.step()
-    model.zero_grad(set_to_none=True)
-    sync()
-    return t1 - t0, time.perf_counter() - t1
+def print_decode(args, cfg, device, dtype):
+    contexts, modes = args.contexts, args.modes.split(",")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    res = decode_bench(cfg, contexts, args.steps, device, torch_dtype(dtype), no_cache=args.no_cache, modes=modes)
+    # other processes on the cores wreck CPU timings: show the load the run started under
+    where = device_name(device) + ("" if device.startswith("cuda") else
+                                   f", {torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.1f}")
+    print(f"decode, batch 1, {dtype}; preset {args.preset}: {shape(cfg)}; {where}; median of {args.steps} steps "
+          f"after warm-up, designs and modes interleaved")
+    print("per context: ms/token, tokens/s, tokens/s vs MHA, forward MFLOP per token (flops.decode_flops_per_token)"
+          + (", ms/token without a cache (full forward)" if args.no_cache else ""))
+    nc = args.no_cache
+    head = f"{'ms':>7} {'tok/s':>6} {'vs MHA':>6} {'MFLOP':>6}" + (f" {'no-cache':>8}" if nc else "")
+    cell = lambda r: (f"{r['ms']:7.3f} {r['tok_s']:6.0f} {r['vs_mha']:5.2f}x {r['mflop']:6.2f}"  # noqa: E731
+                      + (f" {r['ms_no_cache']:8.3f}" if nc else ""))
+    elem = torch.finfo(torch_dtype(dtype)).bits // 8
+    print(f"{'context':24}" + "".join(f"{N:>{len(head) + 2}d}" for N in contexts))
+    print(f"{'design':7} {'B/tok':>7} {'mode':>8}" + f"  {head}" * len(contexts))
+    for mode in modes:
+        for a, c in design_cfgs(cfg).items():
+            print(f"{a:7} {flops.kv_cache_bytes_per_token(c, elem):7d} {mode:>8}"
+                  + "".join(f"  {cell(res[a, N, mode])}" for N in contexts))
 
 
-def memory_mb(attn, model, run, opts):
-    # CUDA: the peak of a whole step. Elsewhere: bytes of the tensors autograd saves for backward
-    # in an eager forward (each storage once), the part of a step's memory the design decides
-    if device == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-        step(model, run, opts)
-        return torch.cuda.max_memory_allocated() / 2**20
-    saved = {}
+# -----------------------------------------------------------------------------
+# the optimisers' share of a step
 
-    def pack(t):
-        saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-        return t
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), autocast:
-        _, loss = (bare(model) if attn == "bare" else model)(x, x)
-    for p_ in model.parameters():  # parameters are not activations
-        saved.pop(p_.untyped_storage().data_ptr(), None)
-    return sum(saved.values()) / 2**20
+def muon_flops(cfg):
+    """Newton-Schulz FLOPs of one unshared Muon step, from shapes alone (built on the meta device)."""
+    with torch.device("meta"):
+        model = GPT(cfg)
+    muon = optimizers(model, torch.float32, shared=False)[0]
+    return sum(ns_flops(*p.shape, heads(p)) for g in muon.param_groups for p in g["params"])
 
 
-memory = {a: memory_mb(a, m, r, o) for a, (_, m, r, o) in models.items()}
-data = load_split(prepare("shakespeare", "byte", args.data_dir), "train")  # the embedded corpus: what train.py reads by default
+def bench_muon(args, cfg):
+    """Under torchrun (DDP over gloo): a training step with Muon alone on every rank and shared
+    (DistMuon), medians of interleaved steps; then, from FLOPs, the share on 8 GPUs for each GPU preset."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    if "RANK" in os.environ:
+        dist.init_process_group("gloo")
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    cfg = replace(cfg, attn="mha", n_kv_head=None)
+    torch.manual_seed(0)
+    model = GPT(cfg)
+    run = DDP(model) if world > 1 else model
+    adamw = optimizers(model, torch.float32, shared=False)[1]
+    matrices = [p for n, p in model.named_parameters() if n.startswith("h.") and p.ndim == 2]
+    muons = {False: Muon(matrices, ns_dtype=torch.float32)}
+    if world > 1:
+        muons[True] = DistMuon(matrices, ns_dtype=torch.float32)
+    x = torch.randint(0, cfg.vocab_size, (args.batch_size, cfg.block_size))
+    times = {s: [] for s in muons}  # shared -> (forward + backward, optimiser) seconds
+    for i in range(14):
+        shared = list(muons)[i % len(muons)]
+        if world > 1:
+            dist.barrier()
+        t0 = time.perf_counter()
+        run(x, x)[1].backward()
+        t1 = time.perf_counter()
+        muons[shared].step()
+        adamw.step()
+        model.zero_grad(set_to_none=True)
+        if i >= 4:  # two warm-up steps of each
+            times[shared].append((t1 - t0, time.perf_counter() - t1))
+    if world == 1 or dist.get_rank() == 0:
+        print(f"preset {args.preset}, {world} rank(s), {torch.get_num_threads()} thread(s) each, "
+              f"{args.batch_size}x{cfg.block_size} tokens a rank, Newton-Schulz in fp32; medians on rank 0")
+        for shared, ts in times.items():
+            fb, opt = (statistics.median(t[j] for t in ts) for j in (0, 1))
+            print(f"  Muon {'shared' if shared else 'alone '}: forward+backward {1e3 * fb:7.1f} ms, optimisers "
+                  f"{1e3 * opt:6.1f} ms, {100 * opt / (fb + opt):4.1f}% of the step")
+        print("from FLOPs, 8 GPUs, 4,096 tokens each (Newton-Schulz at the training's FLOP rate):")
+        for name in PRESETS:
+            if name != "cpu":
+                c = preset(name)
+                train, ns = flops.train_flops_per_token(c) * 4096, muon_flops(c)
+                print(f"  {name:8} forward+backward {train / 1e12:5.1f} TFLOP, Newton-Schulz {ns / 1e12:5.2f} TFLOP: "
+                      f"{100 * ns / (train + ns):4.1f}% of the step alone, {100 * ns / 8 / (train + ns / 8):4.1f}% shared")
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
-def load(step):
-    # train.py's data loader for one step (the token values do not change its cost) -> seconds
-    t0 = time.perf_counter()
-    windows(data, 0, step, args.batch_size, cfg.block_size).to(device)
-    return time.perf_counter() - t0
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("what", nargs="?", default="train", choices=["train", "decode", "kv", "muon"])
+    p.add_argument("--preset", default="cpu", help=f"the shape: {', '.join(PRESETS)}")
+    p.add_argument("--block_size", type=int, default=None, help="context; default the preset's")
+    p.add_argument("--batch_size", type=int, default=16, help="train, muon: sequences a step")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default="auto", help="train: autocast; decode, kv: the weights and caches. "
+                   "auto: bf16 on CUDA, fp32 on the CPU")
+    p.add_argument("--rounds", type=int, default=10, help="train: timed rounds")
+    p.add_argument("--compile", action="store_true", help="train: every model through torch.compile")
+    p.add_argument("--muon_dtype", default="auto", help="train: Newton-Schulz in auto, bf16 or fp32")
+    p.add_argument("--data_dir", default="data", help="train: where the embedded corpus is (prepared if not)")
+    p.add_argument("--contexts", default=None, help="decode: e.g. 64,256,1024 (default block_size/4,/2,/1)")
+    p.add_argument("--steps", type=int, default=30, help="decode: timed steps per design and context")
+    p.add_argument("--modes", default="eager,compiled", help="decode: eager and/or compiled, side by side")
+    p.add_argument("--threads", type=int, default=None, help="decode: CPU threads (default torch's)")
+    p.add_argument("--no_cache", action="store_true", help="decode: add the cost of a token without a cache")
+    p.add_argument("--context", type=int, default=None, help="kv: tokens prefilled (default block_size)")
+    args = p.parse_args(argv)
+    device = resolve_device(args.device)
+    dtype = resolve_dtype(args.dtype, device)
+    try:
+        cfg = preset(args.preset, attn="gqa")  # as GQA, so that its K/V heads survive; design_cfgs makes the rest
+        cfg = replace(cfg, block_size=args.block_size or cfg.block_size)
+        B = cfg.block_size
+        args.contexts = [int(c) for c in args.contexts.split(",")] if args.contexts else [B // 4, B // 2, B]
+        args.context = args.context or B
+        for T in args.contexts + [args.context]:
+            check_context(T, cfg)
+    except ValueError as e:
+        fail(f"{e}")
+    if set(args.modes.split(",")) - {"eager", "compiled"}:
+        fail(f"--modes={args.modes}: use eager, compiled or eager,compiled")
+    if args.what == "train":
+        bench_train(args, cfg, device, dtype)
+    elif args.what == "decode":
+        print_decode(args, cfg, device, dtype)
+    elif args.what == "kv":
+        print_kv(args, cfg, device, dtype)
+    else:
+        bench_muon(args, cfg)
 
-times, t_data = {a: [] for a in models}, []
-for r in range(args.rounds + 2):  # two warm-up rounds (compile, allocator)
-    for attn in names[r % len(names):] + names[:r % len(names)]:  # each round starts with another model
-        t = step(*models[attn][1:])
-        if r >= 2:
-            times[attn].append(t)
-    t_data.append(load(r))
 
-tokens = x.numel()
-print(f"preset {args.preset}, batch {args.batch_size}x{cfg.block_size}, {device}, {torch.get_num_threads()} threads, "
-      f"{'compiled' if args.compile else 'eager'}, Newton-Schulz in {str(ns_dtype)[6:]}, median of {args.rounds} "
-      f"rounds, load average {os.getloadavg()[0]:.1f}")
-mem = "peak MB" if device == "cuda" else "saved MB"
-print(f"{'design':6} {'tokens/s':>10} {'vs MHA':>7} {'vs GPT-2':>8} {'fwd+bwd ms':>10} {'optim ms':>9} {'optim %':>8} "
-      f"{mem:>9} {'train MFLOP/tok':>15}")
-total = {a: statistics.median(f + o for f, o in ts) for a, ts in times.items()}
-for attn, (cfg, _, _, _) in models.items():
-    fb, opt = (statistics.median(t[i] for t in times[attn]) for i in (0, 1))
-    mflop = "-" if attn not in flops.DESIGNS else f"{flops.train_flops_per_token(cfg) / 1e6:.2f}"
-    print(f"{attn:6} {tokens / total[attn]:10,.0f} {total['mha'] / total[attn]:6.2f}x {total['gpt2'] / total[attn]:7.2f}x "
-          f"{1e3 * fb:10.1f} {1e3 * opt:9.1f} {100 * opt / (fb + opt):7.1f}% {memory[attn]:9.1f} {mflop:>15}")
-print(f"data loader (prepare.windows, as train.py): {1e3 * statistics.median(t_data):.2f} ms a step, "
-      f"{100 * statistics.median(t_data) / total['mha']:.2f}% of MHA's step")
-if profiled:  # each op's own time a step, the named models side by side, their steps interleaved
-    n = 8
-    op_ms = {a: collections.Counter() for a in profiled}
-    for r in range(n):
-        for attn in profiled:
-            with torch.profiler.profile() as prof:
-                step(*models[attn][1:])
-            for e in prof.key_averages():
-                op_ms[attn][e.key] += e.self_cpu_time_total / 1e3 / n  # µs -> ms, mean over steps
-    ops = sorted(set().union(*op_ms.values()), key=lambda k: -max(m[k] for m in op_ms.values()))
-    print(f"\nms a step by op (own time under the profiler, mean of {n} steps each, interleaved)")
-    print(f"{'op':60}" + "".join(f"{a:>9}" for a in profiled))
-    for k in ops[:25] + ["total"]:
-        print(f"{k[:60]:60}" + "".join(f"{sum(op_ms[a].values()) if k == 'total' else op_ms[a][k]:9.2f}" for a in profiled))
+if __name__ == "__main__":
+    main()

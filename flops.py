@@ -1,6 +1,6 @@
 """
-Parameters, training FLOPs and KV-cache bytes of each design, from formulas (SPEC §5).
-The tests check every number here against the built model and torch's FLOP counter.
+Parameters, training FLOPs, KV-cache bytes and memory of each design, from formulas alone.
+The tests check every number here against the built model, its caches and torch's FLOP counter.
 
     python flops.py [preset]      # table of the five designs; default: the figure's 512m-8k
                                   # and their memory per GPU, DDP vs FSDP2 on 8 GPUs
@@ -9,9 +9,8 @@ import os
 import runpy
 import sys
 
+from common import DESIGNS, setting
 from model import LOSS_CHUNK, PRESETS, preset
-
-DESIGNS = ["mha", "gqa", "mqa", "mla", "lrkv"]
 
 
 def kv_params_per_layer(cfg):
@@ -59,7 +58,7 @@ def kv_params(cfg):
 
 
 def train_flops_per_token(cfg):
-    """Forward + backward FLOPs per token (SPEC §5): 6 × every weight multiplied once per token
+    """Forward + backward FLOPs per token: 6 × every weight multiplied once per token
     (all but the embedding lookup, which is free) + the attention core 6·L·T·H·(d_qk + d_v), with
     no causal discount. LRKV multiplies X by W_s, U and then B (it never forms the full d×d_h
     per-head weight), so its count is lower than MHA's: exactly its parameters. A norm's gain
@@ -98,7 +97,7 @@ def paper_flops_per_token(cfg):
 
 
 def kv_cache_elems_per_token(cfg):
-    """Elements one token adds to one layer's cache (the table at the top of SPEC)."""
+    """Elements one token adds to one layer's cache (attention.py's table)."""
     d_h = cfg.head_dim
     if cfg.attn == "mla":
         return cfg.mla_kv_rank + cfg.mla_rope_dim  # c_kv and the shared rotated k_pe
@@ -152,6 +151,21 @@ def memory_per_gpu(cfg, batch_size, world, fsdp, checkpointing=False):
     return weights + tokens * activation_bytes_per_token(cfg, checkpointing) + head
 
 
+def memory_refusal(cfg, batch_size, world, fsdp, checkpointing, limit):
+    """None if a run's estimate fits in limit bytes per rank, else a one-line refusal that names
+    the changes which would fit, alone."""
+    need = memory_per_gpu(cfg, batch_size, world, fsdp, checkpointing)
+    if need <= limit:
+        return None
+    options = {"--fsdp": (batch_size, True, checkpointing) if world > 1 and not fsdp else None,
+               "--activation_checkpointing": (batch_size, fsdp, True) if not checkpointing else None,
+               "--batch_size=1": (1, fsdp, checkpointing) if batch_size > 1 else None}
+    fits = [k for k, o in options.items() if o and memory_per_gpu(cfg, o[0], world, o[1], o[2]) <= limit]
+    fits = " or ".join(fits) or "none of --fsdp, --activation_checkpointing, --batch_size=1 alone: combine them, or use more or larger GPUs"
+    return (f"this run needs about {need / 2**30:.3g} GiB per rank (flops.memory_per_gpu) and {limit / 2**30:.3g} "
+            f"GiB are there; what fits: {fits}")
+
+
 def memory_table(name, world=8):
     """GiB per GPU of each design at a preset's config batch (config/<name>.py), DDP and FSDP2."""
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "config", name.replace("-", "_") + ".py")
@@ -174,13 +188,6 @@ PEAK_FLOPS = {"H100 PCIe": 756e12, "H100 NVL": 835e12, "H200 NVL": 835e12, "H100
 def peak_flops(device_name):
     """For MFU: the peak of a GPU named like torch.cuda.get_device_name's answer, or None."""
     return next((v for k, v in PEAK_FLOPS.items() if k in device_name), None)
-
-
-def setting(cfg):
-    """A design's own knob, for tables: K/V heads, MLA's d_c or LRKV's r."""
-    mla = f"d_c={cfg.mla_kv_rank}" + (",ds" if cfg.mla_deepseek else "")
-    return {"gqa": f"kv={cfg.n_kv_head}", "mqa": "kv=1", "mla": mla,
-            "lrkv": f"r={cfg.lrkv_rank}" + (",f" if cfg.lrkv_factored else "")}.get(cfg.attn, f"kv={cfg.n_head}")
 
 
 def table(name):

@@ -8,13 +8,11 @@ Per design: training tokens/s and MFU (compiled, Muon + AdamW as train.py), peak
 flops.memory_per_gpu's estimate, which SDPA kernel ran in training and in decoding (from the
 profiler's op names), the loss of the compiled model against eager, each cache's dtype and bytes per
 token after a prefill against flops.py's formula, and decode tokens/s at 2K and 8K context
-(eval.decode_bench: eager, each step written over the same slot, so it sees exactly that context). Then a tiny
+(bench.decode_bench: eager, each step written over the same slot, so it sees exactly that context). Then a tiny
 train.py run on this GPU is killed after a checkpoint and resumed; its losses must equal an
 uninterrupted run's.
 """
 import argparse
-import contextlib
-import glob
 import json
 import os
 import subprocess
@@ -25,7 +23,8 @@ import time
 import torch
 
 import flops
-from eval import decode_bench
+from bench import decode_bench
+from common import DESIGNS, autocast as amp, device_name
 from model import GPT, preset
 from muon import newton_schulz_dtype, optimizers
 
@@ -40,14 +39,14 @@ device = "cpu" if dry else "cuda"
 if dry:  # tiny shapes; compile traces with dynamo only (inductor's C++ build would take minutes)
     shape = dict(n_layer=2, n_head=2, n_embd=64, block_size=128, vocab_size=320, n_kv_head=1, mla_kv_rank=16,
                  mla_rope_dim=8, lrkv_rank=6)
-    name, batch, steps, contexts, backend, autocast = "cpu", 2, 2, (64, 128), "eager", contextlib.nullcontext()
+    name, batch, steps, contexts, backend = "cpu", 2, 2, (64, 128), "eager"
 else:
     shape, name, batch, steps, contexts, backend = {}, "128m", 8, 10, (2048, 8192), "inductor"
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16)
     torch.backends.cuda.matmul.allow_tf32 = True
+autocast = amp(device, "fp32" if dry else "bf16")
 ns_dtype = newton_schulz_dtype("auto", gpu=not dry)
-device_name = "cpu" if dry else torch.cuda.get_device_name()
-peak = flops.peak_flops(device_name)
+hardware = device_name(device)
+peak = None if dry else flops.peak_flops(hardware)
 torch._dynamo.config.cache_size_limit = 64  # a model per design: each compiles once
 
 
@@ -75,7 +74,7 @@ def check(attn):
     compiled = torch.compile(model, backend=backend)
     with torch.no_grad(), autocast:
         eager_loss, compiled_loss = model(x, x)[1].item(), compiled(x, x)[1].item()
-    opts = optimizers(model, 0.02, 0.2, 0.004, 0.1, (0.9, 0.95), ns_dtype)
+    opts = optimizers(model, ns_dtype)
 
     def train_step(m):
         with autocast:
@@ -123,10 +122,12 @@ def kill_and_resume():
                "--batch_size=4", "--total_batch_tokens=256", "--max_iters=8", "--eval_interval=4",
                "--ckpt_interval=3", "--eval_tokens=1024", "--log_interval=1", "--warmup_iters=2"]
         env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+        # the cut run is killed half-way through writing step 5's log line, as the tests kill runs
         runs = [(["--run_name=full"], {}), (["--run_name=cut"], {"NANOKV_FAULT": "log:5"}),
                 (["--run_name=cut", "--resume"], {})]
         for extra, fault in runs:
-            p = subprocess.run(cmd + extra, cwd=ROOT, env={**env, **fault}, capture_output=True, text=True)
+            launch = [sys.executable] + (["tests/fault.py"] if fault else [])
+            p = subprocess.run(launch + cmd[1:] + extra, cwd=ROOT, env={**env, **fault}, capture_output=True, text=True)
             if p.returncode != 0 and not fault:
                 return f"train.py failed: {p.stderr.strip().splitlines()[-1]}"
         losses = [{r["step"]: r.get("train_loss") for r in map(json.loads, open(f"{tmp}/{run}/log.jsonl"))
@@ -138,7 +139,7 @@ def kill_and_resume():
 
 t_start = time.time()
 rows = []
-for attn in flops.DESIGNS:
+for attn in DESIGNS:
     rows.append(check(attn))
     print(f"# {attn} done at {time.time() - t_start:.0f} s", file=sys.stderr)
 dec_cfg = preset(name, **{**shape, "attn": "gqa", "block_size": max(contexts)})  # gqa: keeps its K/V heads
@@ -147,7 +148,7 @@ speed = decode_bench(dec_cfg, contexts, steps=5 if dry else 20, device=device,
 resume = kill_and_resume()
 
 fmt = lambda v, f: "n/a" if v is None else format(v, f)  # noqa: E731
-print(f"\n{name} preset on {device_name}, batch {batch} x {preset(name, **shape).block_size}, "
+print(f"\n{name} preset on {hardware}, batch {batch} x {preset(name, **shape).block_size}, "
       f"{'dry run: nothing here is a measurement' if dry else 'bf16 autocast, torch.compile'}, torch {torch.__version__}\n")
 print(f"| design | train tok/s | MFU | peak GiB (estimate) | SDPA train | SDPA decode | eager - compiled loss "
       f"| cache after prefill | cache B/token (formula) | " + " | ".join(f"decode tok/s @{n}" for n in contexts) + " |")

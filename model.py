@@ -80,8 +80,8 @@ class GPTConfig:
 
 
 class ReLU2(torch.autograd.Function):
-    """relu(x)², the MLP's activation, with its gradient 2·relu(x)·g from the one tensor it saves:
-    autograd's own (pow's backward, then relu's) takes 3x the time on a CPU."""
+    """relu(x)², the MLP's activation, with its gradient 2·relu(x)·g from the one tensor it saves
+    (autograd's own runs pow's backward, then relu's)."""
 
     @staticmethod
     def forward(ctx, x):
@@ -259,7 +259,7 @@ class GPT(nn.Module):
 
     def decoder(self, compile):
         # the module itself, or its compiled decode step (cached: compiling costs seconds to minutes);
-        # compile may name a torch.compile mode, e.g. "reduce-overhead" (a CUDA graph; not yet run on a GPU)
+        # compile may name a torch.compile mode, e.g. "reduce-overhead" (a CUDA graph)
         if not compile:
             return self
         key = f"_decoder_{compile}"
@@ -268,7 +268,7 @@ class GPT(nn.Module):
         return self.__dict__[key]
 
 
-# The paper's configurations (SPEC §4; Tables 5-7, 2.5B with the 36 layers its own numbers imply),
+# The paper's configurations (its Tables 5-7; 2.5B with the 36 layers its own numbers imply),
 # with each design's paper setting (GQA K/V heads, MLA d_c, LRKV r), and one CPU-sized model.
 PRESETS = {
     "128m": dict(n_layer=12, n_head=6, n_embd=768, block_size=2048, n_kv_head=3, mla_kv_rank=128, lrkv_rank=46),

@@ -29,15 +29,12 @@ import matplotlib
 matplotlib.use("Agg")  # we only write files, so never need a window (works with no display)
 import matplotlib.pyplot as plt
 
-# legend order, labels, colours and line styles of the paper's Figure 4
-DESIGNS = ["mha", "lrkv", "mla", "gqa", "mqa"]
-STYLE = {
-    "mha": ("Standard MHA", "tab:blue", "-"),
-    "lrkv": ("LRKV", "tab:red", "-"),
-    "mla": ("MLA", "tab:purple", ":"),
-    "gqa": ("GQA", "tab:orange", "--"),
-    "mqa": ("MQA", "tab:green", "-"),
-}
+from common import DESIGNS, LABELS, setting
+
+# labels, colours and line styles of the paper's Figure 4 (DESIGNS is its legend order)
+COLOURS = {"mha": ("tab:blue", "-"), "lrkv": ("tab:red", "-"), "mla": ("tab:purple", ":"),
+           "gqa": ("tab:orange", "--"), "mqa": ("tab:green", "-")}
+STYLE = {a: (LABELS[a], *COLOURS[a]) for a in DESIGNS}
 # the paper's final test losses at 50B tokens (Table 9), for the figure's configuration only
 PAPER_FINAL = {"mha": 2.740, "lrkv": 2.665, "mla": 2.714, "gqa": 2.704, "mqa": 2.728}
 PAPER_TOKENS = 50e9
@@ -263,11 +260,7 @@ def sweep(runs):
     base = next((g for (attn, _), g in groups.items() if attn == "mha"), None)
     rows = []
     for (attn, _), group in groups.items():
-        c = group[0]["config"]
-        setting = {"gqa": f"g={c.get('n_kv_head')}",
-                   "lrkv": f"r={c.get('lrkv_rank')}" + (" factored" if c.get("lrkv_factored") else ""),
-                   "mla": f"d_c={c.get('mla_kv_rank')}" + (" DeepSeek" if c.get("mla_deepseek") else "")}
-        rows.append({"attn": attn, "label": STYLE[attn][0], "setting": setting.get(attn, ""),
+        rows.append({"attn": attn, "label": STYLE[attn][0], "setting": setting({**group[0]["config"], "attn": attn}),
                      "n": sum(step in r["step"] for r in group), "step": step, **cache(group[0]["header"]),
                      **seed_stats(group, base, step)})
     return sorted(rows, key=lambda r: (DESIGNS.index(r["attn"]), r["kv_pct"] or 0))

@@ -1,56 +1,91 @@
-"""bench.py: every design and the reference, side by side, with ratios, memory, the data loader and a profile."""
+"""bench.py: training steps, decode speed and cache bytes of every design at one shape, side by side."""
 import os
-import re
-import runpy
 import subprocess
 import sys
 
+import pytest
 import torch
 
-import attention
+import bench
+import flops
+from common import DESIGNS
+from test_model import tiny
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def test_bench_table_has_every_model_its_ratios_and_a_profile(data_dir):
+def test_train_table_has_every_model_and_its_ratios(data_dir):
     p = subprocess.run([sys.executable, "bench.py", "--rounds=1", "--batch_size=2", "--block_size=32",
-                        f"--data_dir={data_dir}", "--profile=lrkv,gpt2"], cwd=ROOT, capture_output=True, text=True,
+                        f"--data_dir={data_dir}"], cwd=ROOT, capture_output=True, text=True,
                        env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
-    rows = {m[0]: m[1:] for m in (line.split() for line in p.stdout.splitlines())
-            if m and m[0] in ("mha", "gqa", "mqa", "mla", "lrkv", "gpt2")}
-    assert list(rows) == ["mha", "gqa", "mqa", "mla", "lrkv", "gpt2"]
+    rows = {m[0]: m[1:] for m in (line.split() for line in p.stdout.splitlines()) if m and m[0] in DESIGNS + ["gpt2"]}
+    assert list(rows) == DESIGNS + ["gpt2"]
     for name, (tok_s, vs_mha, vs_ref, fb, opt, share, saved, mflop) in rows.items():
         assert float(tok_s.replace(",", "")) > 0 and float(fb) > 0 and float(opt) > 0 and float(saved) > 0
         assert 0 < float(share.rstrip("%")) < 100
         assert (mflop == "-") == (name == "gpt2")
     assert rows["mha"][1] == "1.00x" and rows["gpt2"][2] == "1.00x"
-    assert re.search(r"data loader \(prepare.windows, as train.py\): [\d.]+ ms a step", p.stdout)
-    # the profile: each op's ms a step, the two models side by side
-    prof = p.stdout[p.stdout.index("ms a step by op"):].splitlines()
-    assert prof[1].split() == ["op", "lrkv", "gpt2"]
-    mm, total = (next(line.split()[1:] for line in prof if line.startswith(op)) for op in ("aten::mm ", "total "))
-    assert 0 < float(mm[0]) < float(total[0]) and 0 < float(mm[1]) < float(total[1])
+    assert "data loader (prepare.windows, as train.py)" in p.stdout
 
 
-def test_bench_refuses_an_unknown_model_to_profile():
-    p = subprocess.run([sys.executable, "bench.py", "--profile=mha,gpt3"], cwd=ROOT, capture_output=True, text=True,
-                       timeout=120)
-    assert p.returncode == 2 and "--profile=mha,gpt3: name models among mha,gqa,mqa,mla,lrkv,gpt2" in p.stderr
+def test_kv_table_allocated_bytes_equal_formula():
+    cfg = tiny("gqa")
+    rows = bench.kv_table(cfg, 24, batch=2)
+    assert [r["design"] for r in rows] == DESIGNS + ["lrkv-f"]
+    for r, c in zip(rows, bench.design_cfgs(cfg).values()):
+        assert r["allocated"] == r["formula"] == 2 * 24 * flops.kv_cache_bytes_per_token(c, bytes_per_elem=4)
+    pct = {r["design"]: r["pct_mha"] for r in rows}
+    H, d_h, r = cfg.n_head, cfg.head_dim, cfg.lrkv_rank
+    assert pct["mha"] == 100 and pct["gqa"] == 50 and pct["mqa"] == 25
+    assert pct["lrkv"] == pytest.approx(100 * (1 / H + r / d_h + 1 / (2 * d_h)))  # Eq. 9 + H key norms
+    assert pct["lrkv-f"] == pct["lrkv"]  # the factored variant caches the same
+    with pytest.raises(ValueError, match="block_size=32"):
+        bench.kv_table(cfg, 33)
 
 
-def test_bare_is_mha_with_rope_and_qk_norm_made_identities(data_dir, monkeypatch):
-    # bench.py --bare: the same MHA model, called with attention.rope and attention.norm swapped for
-    # identities and put back after each call
-    monkeypatch.setattr(sys, "argv", ["bench.py", "--rounds=1", "--batch_size=2", "--block_size=16", "--bare",
-                                      f"--data_dir={data_dir}"])
-    rope, norm = attention.rope, attention.norm
-    g = runpy.run_path(os.path.join(ROOT, "bench.py"))
-    assert (attention.rope, attention.norm) == (rope, norm)
-    _, model, run, _ = g["models"]["bare"]
-    x = g["x"]
-    with torch.no_grad():
-        bare_loss, mha_loss = run(x, x)[1], model(x, x)[1]
-        monkeypatch.setattr(attention, "rope", lambda x, cos, sin: x)
-        monkeypatch.setattr(attention, "norm", lambda x: x)
-        assert torch.equal(bare_loss, model(x, x)[1]) and not torch.allclose(bare_loss, mha_loss)
+def test_design_cfgs_keep_the_shape_and_gqa_its_heads():
+    cfgs = bench.design_cfgs(tiny("gqa", n_head=8, n_embd=128, n_kv_head=4))
+    assert [cfgs[a].n_kv_head for a in ("mha", "gqa", "mqa")] == [8, 4, 1]
+    assert {(c.n_layer, c.n_embd, c.block_size) for c in cfgs.values()} == {(2, 128, 32)}
+    assert cfgs["lrkv"].lrkv_rank == 6 and cfgs["mla"].mla_kv_rank == 24 and cfgs["lrkv-f"].lrkv_factored
+
+
+@pytest.mark.parametrize("modes", [("eager",), ("eager", "compiled")])
+def test_decode_bench_times_every_design(modes):
+    torch.set_num_threads(1)
+    res = bench.decode_bench(tiny("gqa", n_layer=1), [8, 32], steps=2, warmup=1, no_cache=len(modes) == 1, modes=modes)
+    assert set(res) == {(a, N, m) for a in DESIGNS + ["lrkv-f"] for N in (8, 32) for m in modes}
+    for (a, N, m), r in res.items():
+        assert r["ms"] > 0 and r.get("ms_no_cache", 1) > 0 and r["tok_s"] == pytest.approx(1000 / r["ms"])
+        assert r["vs_mha"] == pytest.approx(r["tok_s"] / res["mha", N, m]["tok_s"])
+        assert r["mflop"] > 0
+    assert res["mha", 8, modes[-1]]["vs_mha"] == 1
+    assert res["lrkv-f", 32, "eager"]["mflop"] < res["lrkv", 32, "eager"]["mflop"]
+
+
+def test_cli_kv_and_decode_on_a_preset(capsys):
+    bench.main(["kv", "--preset=cpu", "--context=16"])
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()[2:]]
+    assert [r[0] for r in rows] == DESIGNS + ["lrkv-f"]
+    assert all(r[-4] == r[-3] for r in rows)  # allocated == formula
+    bench.main(["decode", "--preset=cpu", "--block_size=64", "--contexts=8,64", "--steps=1", "--modes=eager"])
+    out = capsys.readouterr().out
+    rows = {line.split()[0]: line.split()[1:] for line in out.splitlines()[-6:]}  # B/tok, mode, (ms, tok/s, vs MHA, MFLOP) × 2
+    assert list(rows) == DESIGNS + ["lrkv-f"]
+    assert all(len(v) == 10 and v[1] == "eager" and float(v[2]) > 0 and float(v[6]) > 0 for v in rows.values())
+    assert rows["mha"][4] == rows["mha"][8] == "1.00x" and rows["lrkv"][0] == rows["lrkv-f"][0] == "2752"
+
+
+@pytest.mark.parametrize("argv, msg", [
+    (["kv", "--preset=nope"], "preset='nope' is unknown"),
+    (["kv", "--preset=cpu", "--context=257"], "outside 2..block_size=256"),
+    (["decode", "--preset=cpu", "--contexts=64,512"], "outside 2..block_size=256"),
+    (["decode", "--preset=cpu", "--modes=fast"], "--modes=fast: use eager, compiled"),
+    (["kv", "--device=gpu"], "--device='gpu' is unknown"),
+])
+def test_cli_bad_input_is_one_line(argv, msg, capsys):
+    with pytest.raises(SystemExit) as e:
+        bench.main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and msg in err and err.count("\n") == 1

@@ -9,7 +9,7 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from muon import Muon  # noqa: E402
+from muon import DistMuon, Muon  # noqa: E402
 
 # batches of one shape: 2 split 1 + 1 over the ranks, 3 split 2 + 1; the last: 4 head blocks of (6, 6)
 SHAPES = [(64, 32), (32, 96), (48, 48), (64, 32), (48, 48), (48, 48), (8, 8), (24, 6)]
@@ -37,15 +37,15 @@ def worker():
     from torch.distributed.tensor import distribute_tensor
     dist.init_process_group("gloo")
     for dtype in (torch.float32, torch.bfloat16):
-        # unshared on this process (share=False) vs shared across the two ranks
+        # Muon on this process vs DistMuon shared across the two ranks
         alone, shared = make(), make()
-        opt_a, opt_s = Muon(alone, ns_dtype=dtype), Muon(shared, ns_dtype=dtype)
+        opt_a, opt_s = Muon(alone, ns_dtype=dtype), DistMuon(shared, ns_dtype=dtype)
         g = torch.Generator().manual_seed(1)
         for _ in range(3):
             for a, s in zip(alone, shared):
                 a.grad = torch.randn(a.shape, generator=g)
                 s.grad = a.grad.clone()
-            opt_a.step(share=False)
+            opt_a.step()
             opt_s.step()
         assert all(torch.equal(a, s) for a, s in zip(alone, shared)), ("shared Muon differs", dist.get_rank(), dtype, [(a - s).abs().max().item() for a, s in zip(alone, shared)])
         # FSDP2: each parameter a DTensor sharded on dim 0, its gradient too
@@ -54,7 +54,7 @@ def worker():
         fully_shard(model)
         sharded = list(model.ps)
         sharded[-1].heads = 4  # fully_shard makes new Parameters: the attribute must be set again
-        opt_f = Muon(sharded, ns_dtype=dtype)
+        opt_f = DistMuon(sharded, ns_dtype=dtype)
         steps(sharded, opt_f, grads=lambda p, full: distribute_tensor(full, p.device_mesh, p.placements))
         for a, f in zip(alone, sharded):
             assert f.to_local().numel() < a.numel() and torch.equal(a, f.full_tensor()), "FSDP2 Muon differs"
@@ -81,7 +81,7 @@ import re  # noqa: E402
 import pytest  # noqa: E402
 
 import test_train  # noqa: E402
-from test_train import curve, one_line_error, read_log, train  # noqa: E402
+from test_train import FAULT, curve, one_line_error, read_log, train  # noqa: E402
 
 TORCHRUN = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2")
 # evals every 4 steps, checkpoints every 3; LRKV: a per-head Muon parameter, which FSDP2 must keep;
@@ -117,7 +117,7 @@ def test_fsdp_matches_ddp_and_one_process_and_resumes_exactly(tmp_path):
     assert loss == pytest.approx(curve(runs["fsdp"], "test_loss")[8], abs=1e-4)  # printed to 4 decimals
     # killed while writing step 6's checkpoint: step 3's stays, and the same command with --resume
     # finishes the run with the losses of the uninterrupted one
-    p = train(tmp_path, *SHARDED, "--run_name=cut", "--fsdp", launcher=TORCHRUN, check=False,
+    p = train(tmp_path, *SHARDED, "--run_name=cut", "--fsdp", launcher=(*TORCHRUN, FAULT), check=False,
               env={"NANOKV_FAULT": "ckpt:6"})
     assert p.returncode != 0 and os.path.exists(tmp_path / "cut" / "ckpt_3" / "meta.pt")
     assert not os.path.exists(tmp_path / "cut" / "ckpt_6" / "meta.pt")

@@ -1,5 +1,4 @@
-"""Generation with and without the KV cache, and eval.py's measurements: cache bytes, decode speed,
-head diversity, and the command line around them."""
+"""Generation with and without the KV cache, head diversity, and eval.py's command line."""
 from dataclasses import asdict
 
 import pytest
@@ -213,72 +212,6 @@ def test_lrkv_decode_without_rebuilding_keys_equals_rebuilding_them():
     torch.testing.assert_close(torch.cat(ys, 1), full[:, 12:], rtol=1e-5, atol=1e-5)
 
 
-def test_kv_table_allocated_bytes_equal_formula():
-    cfg = tiny("gqa")
-    rows = ev.kv_table(cfg, 24, batch=2)
-    assert [r["design"] for r in rows] == DESIGNS + ["lrkv-f"]
-    for r, c in zip(rows, ev.design_cfgs(cfg).values()):
-        assert r["allocated"] == r["formula"] == 2 * 24 * flops.kv_cache_bytes_per_token(c, bytes_per_elem=4)
-    pct = {r["design"]: r["pct_mha"] for r in rows}
-    H, d_h, r = cfg.n_head, cfg.head_dim, cfg.lrkv_rank
-    assert pct["mha"] == 100 and pct["gqa"] == 50 and pct["mqa"] == 25
-    assert pct["lrkv"] == pytest.approx(100 * (1 / H + r / d_h + 1 / (2 * d_h)))  # Eq. 9 + H key norms
-    assert pct["lrkv-f"] == pct["lrkv"]  # the factored variant caches the same
-    with pytest.raises(ValueError, match="block_size=32"):
-        ev.kv_table(cfg, 33)
-
-
-def test_design_cfgs_keep_the_shape_and_give_gqa_its_heads():
-    cfgs = ev.design_cfgs(tiny("mha", n_head=8, n_embd=128), gqa_kv_heads=4)
-    assert [c.n_kv_head for a, c in cfgs.items() if a in ("mha", "gqa", "mqa")] == [8, 4, 1]
-    assert {(c.n_layer, c.n_embd, c.block_size) for c in cfgs.values()} == {(2, 128, 32)}
-    assert cfgs["lrkv"].lrkv_rank == 6 and cfgs["mla"].mla_kv_rank == 24
-
-
-@pytest.mark.parametrize("modes", [("eager",), ("eager", "compiled")])
-def test_decode_bench_times_every_design(modes):
-    res = ev.decode_bench(tiny("gqa", n_layer=1), [8, 32], steps=2, warmup=1, no_cache=len(modes) == 1, modes=modes)
-    assert set(res) == {(a, N, m) for a in DESIGNS + ["lrkv-f"] for N in (8, 32) for m in modes}
-    for (a, N, m), r in res.items():
-        assert r["ms"] > 0 and r.get("ms_no_cache", 1) > 0 and r["tok_s"] == pytest.approx(1000 / r["ms"])
-        assert r["vs_mha"] == pytest.approx(r["tok_s"] / res["mha", N, m]["tok_s"])
-        assert r["mflop"] > 0
-    assert res["mha", 8, modes[-1]]["vs_mha"] == 1
-    assert res["lrkv-f", 32, "eager"]["mflop"] < res["lrkv", 32, "eager"]["mflop"]
-
-
-def run_main(capsys, *argv):
-    ev.main(list(argv))
-    return capsys.readouterr().out
-
-
-def test_cli_kv_and_decode_bench_on_a_preset(capsys):
-    out = run_main(capsys, "--preset=cpu", "--kv", "--context=16")
-    rows = [l.split() for l in out.splitlines()[2:]]
-    assert [r[0] for r in rows] == DESIGNS + ["lrkv-f"] and all(r[2] == r[3] for r in rows)  # allocated == formula
-    out = run_main(capsys, "--preset=cpu", "--block_size=64", "--decode-bench", "--contexts=8,64", "--steps=1",
-                   "--modes=eager")
-    rows = {l.split()[0]: l.split()[1:] for l in out.splitlines()[-6:]}  # design: B/tok, mode, (ms, tok/s, vs MHA, MFLOP) × 2
-    assert "random weights" in out and list(rows) == DESIGNS + ["lrkv-f"]
-    assert all(len(v) == 10 and v[1] == "eager" and float(v[2]) > 0 and float(v[6]) > 0 for v in rows.values())
-    assert rows["mha"][4] == rows["mha"][8] == "1.00x" and rows["lrkv"][0] == rows["lrkv-f"][0] == "2752"
-
-
-@pytest.mark.parametrize("argv, msg", [
-    (["--preset=nope", "--kv"], "preset='nope' is unknown"),
-    (["missing/ckpt.pt", "--kv"], "no checkpoint at missing/ckpt.pt"),
-    (["--preset=cpu", "--kv", "--context=257"], "outside 2..block_size=256"),
-    (["--preset=cpu", "--decode-bench", "--contexts=64,512"], "outside 2..block_size=256"),
-    (["--preset=cpu", "--heads"], "need a checkpoint"),
-    (["--preset=cpu", "--decode-bench", "--modes=fast"], "--modes=fast: use eager, compiled"),
-    ([], "give a checkpoint path"),
-])
-def test_cli_bad_input_is_one_line(argv, msg):
-    with pytest.raises(SystemExit) as e:
-        ev.main(argv)
-    assert isinstance(e.value.code, str) and msg in e.value.code and "\n" not in e.value.code
-
-
 def test_cli_sample_and_heads_from_a_checkpoint(tmp_path, capsys):
     cfg = tiny("lrkv", vocab_size=320, block_size=64)
     model = randomized(cfg)
@@ -288,8 +221,26 @@ def test_cli_sample_and_heads_from_a_checkpoint(tmp_path, capsys):
     args = [path, "--device=cpu", "--sample=To be", "--max_new_tokens=20"]
     a, b = run_main(capsys, *args, "--seed=1"), run_main(capsys, *args, "--seed=1")
     assert a == b and a.startswith("To be") and a != run_main(capsys, *args, "--seed=2")
-    assert run_main(capsys, *args, "--seed=1", "--dtype=bfloat16").startswith("To be")  # under bf16 autocast (CUDA's auto)
+    assert run_main(capsys, *args, "--seed=1", "--dtype=bf16").startswith("To be")  # under bf16 autocast (CUDA's auto)
     out = run_main(capsys, path, "--device=cpu", "--heads")
     assert "approximate" in out and out.splitlines()[-1].split()[0] == "mean"
-    with pytest.raises(SystemExit, match="shorten the prompt"):
+    with pytest.raises(SystemExit) as e:
         ev.main([path, "--device=cpu", "--sample=To be", "--max_new_tokens=60"])
+    assert e.value.code == 2 and "shorten the prompt" in capsys.readouterr().err
+
+
+def run_main(capsys, *argv):
+    ev.main(list(argv))
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, msg", [
+    (["missing/ckpt.pt"], "no checkpoint at missing/ckpt.pt"),
+    (["out/r/ckpt.pt", "--kv"], "--kv moved to bench.py: python bench.py kv"),
+    (["--preset=cpu", "--decode-bench"], "python bench.py kv|decode --preset=NAME"),
+])
+def test_cli_bad_input_is_one_line(argv, msg, capsys):
+    with pytest.raises(SystemExit) as e:
+        ev.main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and msg in err and err.count("\n") == 1

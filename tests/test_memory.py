@@ -1,13 +1,17 @@
 """flops.memory_per_gpu, train.py's refusal of a run that cannot fit, and --activation_checkpointing."""
 import functools
+import os
+import subprocess
+import sys
 
+import pytest
 import torch
 from torch.utils.checkpoint import checkpoint
 
 import flops
 import test_train
 from model import GPT, preset
-from test_train import curve, one_line_error, read_log, train
+from test_train import ROOT, curve, one_line_error, read_log, train
 
 GB = 1e9
 
@@ -32,6 +36,19 @@ def test_refuses_a_run_that_does_not_fit_and_names_what_does(tmp_path, data_dir)
     one_line_error(p, f"needs about {need / 2**30:.3g} GiB", "--activation_checkpointing or --batch_size=1")
     p = train(tmp_path, f"--memory_limit_gb={need / 2**30 / 100}", check=False)
     one_line_error(p, "what fits: none")
+
+
+def test_refuses_at_start_a_run_that_cannot_fit_in_the_cpus_memory(tmp_path):
+    # 6.3B on a CPU: its fp32 weights, gradients and states alone are over 100 GB; refused in one
+    # line before the data is prepared or the model built
+    from common import host_memory
+    if host_memory() > flops.memory_per_gpu(preset("6.3b"), 1, 1, False):
+        pytest.skip("this machine has the RAM for it")
+    p = subprocess.run([sys.executable, "train.py", "config/6.3b.py", "--dataset=shakespeare", "--tokenizer=gpt2",
+                        "--device=cpu", f"--out_dir={tmp_path}", f"--data_dir={tmp_path}"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    one_line_error(p, "needs about", "GiB per rank")
+    assert p.returncode == 2 and not os.listdir(tmp_path)
 
 
 def test_activation_checkpointing_same_loss_and_grads(tmp_path, data_dir):

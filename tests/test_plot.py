@@ -261,7 +261,7 @@ def test_pareto_sweep_points_and_files(tmp_path, capsys):
     assert not (d / "results.md").exists()
     rows = plot.sweep([plot.load_run(p) for p in plot.find_runs([str(d)])])
     assert [(r["attn"], r["setting"]) for r in rows] == [
-        ("mha", ""), ("lrkv", "r=2"), ("lrkv", "r=8"), ("gqa", "g=1"), ("gqa", "g=2")]
+        ("mha", "kv=4"), ("lrkv", "r=2"), ("lrkv", "r=8"), ("gqa", "kv=1"), ("gqa", "kv=2")]
     assert [r["kv_pct"] for r in rows] == pytest.approx([1.0, 40 / 128, 64 / 128, 0.25, 0.5])
     r8 = rows[2]
     assert r8["mean"] == pytest.approx(2.805) and r8["n"] == 2 and r8["diff"] == pytest.approx(-0.005)
@@ -273,7 +273,7 @@ def test_pareto_sweep_points_and_files(tmp_path, capsys):
     assert lines["LRKV"].get_xdata().tolist() == pytest.approx([100 * 40 / 128, 50.0])
     assert lines["GQA"].get_ydata().tolist() == pytest.approx([2.97, 2.86])
     md = (d / "pareto.md").read_text()
-    assert "| LRKV | r=8 | 50.0% |" in md and "| GQA | g=2 | 50.0% |" in md and "| +0.0500 | 0.0141 | real |" in md
+    assert "| LRKV | r=8 | 50.0% |" in md and "| GQA | kv=2 | 50.0% |" in md and "| +0.0500 | 0.0141 | real |" in md
 
 
 def test_paper_overlay_only_for_the_figures_config(runs_dir, tmp_path, capsys):

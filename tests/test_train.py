@@ -8,12 +8,12 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FAULT = os.path.join(ROOT, "tests", "fault.py")  # runs train.py and kills it where NANOKV_FAULT says
 TINY = ["--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=32", "--batch_size=4",
         "--total_batch_tokens=256", "--eval_tokens=512", "--warmup_iters=2", "--log_interval=1",
         "--mla_kv_rank=16", "--mla_rope_dim=8", "--lrkv_rank=6", "--n_kv_head=1"]
@@ -50,7 +50,7 @@ def curve(steps, key):
 
 @pytest.mark.parametrize("attn", ["mha", "gqa", "mqa", "mla", "lrkv"])
 def test_tiny_run_writes_log_and_checkpoint(tmp_path, attn):
-    train(tmp_path, f"--attn={attn}", "--max_iters=4", "--eval_interval=2", "--run_name=r")
+    train(tmp_path, f"--attn={attn}", "--train_tokens=1024", "--eval_interval=2", "--run_name=r")  # 4 steps of 256
     header, steps = read_log(tmp_path / "r" / "log.jsonl")
     for key in ("config", "attn", "params", "kv_params", "flops_per_token", "kv_bytes_per_token", "git", "device"):
         assert key in header
@@ -90,7 +90,8 @@ def uninterrupted(tmp_path_factory, data_dir):
     "ckpt:12",  # during a checkpoint write: the one of step 6 must survive
 ])
 def test_killed_anywhere_resumes_exactly(tmp_path, uninterrupted, fault):
-    p = train(tmp_path, *RESUMABLE, "--run_name=cut", check=False, env={"NANOKV_FAULT": fault})
+    p = train(tmp_path, *RESUMABLE, "--run_name=cut", check=False, env={"NANOKV_FAULT": fault},
+              launcher=(sys.executable, FAULT))
     assert p.returncode == -signal.SIGKILL, p.stderr[-2000:]
     where, step = fault.split(":")
     if where == "ckpt":
@@ -134,10 +135,11 @@ def test_resume_restores_the_rng_state(tmp_path):
     train(tmp_path, "--max_iters=3", "--run_name=r", "--resume")
     assert torch.equal(torch.load(path, weights_only=False)["rng"]["torch"], ckpt["rng"]["torch"])
     # eval.py takes the weights and leaves the optimiser state unread
+    import checkpoint
     import eval as ev
-    model, info = ev.load_model(str(path))
+    model, info = checkpoint.load_model(str(path))
     assert info["step"] == 3 and not {"model", "optims"} & info.keys()
-    # its test loss: on the CPU in fp32, the one the run logged; --dtype=bfloat16 (auto's choice on
+    # its test loss: on the CPU in fp32, the one the run logged; --dtype=bf16 (auto's choice on
     # CUDA) runs it under bf16 autocast, as train.py on a GPU, and moves it by bf16's rounding only
     # (seen once the head is scaled up: at 3 steps the logits are near uniform)
     def test_loss(*args):
@@ -148,7 +150,7 @@ def test_resume_restores_the_rng_state(tmp_path):
     ckpt = torch.load(path, weights_only=False)
     ckpt["model"]["lm_head.weight"] *= 300
     torch.save(ckpt, path)
-    fp32, bf16 = test_loss(), test_loss("--dtype=bfloat16")
+    fp32, bf16 = test_loss(), test_loss("--dtype=bf16")
     assert bf16 != fp32 and abs(bf16 - fp32) < 0.05 * fp32
 
 
@@ -156,7 +158,8 @@ def test_fp16_trains_and_skips_an_inf_gradient_step(tmp_path):
     # all steps inside warm-up, so max_iters does not change the learning rates
     args = ["--dtype=fp16", "--warmup_iters=10", "--eval_interval=100"]
     train(tmp_path, *args, "--max_iters=2", "--run_name=two")
-    p = train(tmp_path, *args, "--max_iters=3", "--run_name=skip", env={"NANOKV_FAULT": "inf_grad:2"})
+    p = train(tmp_path, *args, "--max_iters=3", "--run_name=skip", env={"NANOKV_FAULT": "inf_grad:2"},
+              launcher=(sys.executable, FAULT))
     assert "never leaves warm-up" in p.stderr
     header, steps = read_log(tmp_path / "skip" / "log.jsonl")
     assert header["dtype"] == "fp16" and all(s["train_loss"] < 6 for s in steps[1:])
@@ -248,6 +251,7 @@ def test_bad_input_gives_one_line_errors(tmp_path):
     procs = [(train(tmp_path, *args, wait=False), words) for args, words in cases]
     for p, words in procs:
         _, err = p.communicate(timeout=300)
+        assert p.returncode == 2, err  # bad input: the same status in every script
         one_line_error(subprocess.CompletedProcess(p.args, p.returncode, None, err), *words)
 
 
@@ -276,7 +280,10 @@ def test_reproduce_sh_interrupted_and_run_again_finishes(tmp_path):
            "MPLBACKEND": "Agg", "DESIGNS": "mha gqa"}
     cmd = ["bash", os.path.join(ROOT, "reproduce.sh"), f"--data_dir={DATA}", *TINY, "--max_iters=4",
            "--eval_interval=2", "--ckpt_interval=3"]
-    p = subprocess.run(cmd, env={**env, "NANOKV_FAULT": "log:1"}, capture_output=True, text=True)
+    faulty = tmp_path / "python"  # a Python that runs train.py through tests/fault.py
+    faulty.write_text(f'#!/bin/sh\nexec {sys.executable} {FAULT} "$@"\n')
+    faulty.chmod(0o755)
+    p = subprocess.run(cmd, env={**env, "NANOKV_FAULT": "log:1", "PYTHON": str(faulty)}, capture_output=True, text=True)
     # two side by side (JOBS=2), both killed in their first step
     assert p.returncode != 0 and sorted(os.listdir(tmp_path / "repro")) == ["cpu_gqa_s0", "cpu_mha_s0"]
     p = subprocess.run(cmd, env=env, capture_output=True, text=True)

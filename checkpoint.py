@@ -1,0 +1,149 @@
+"""
+Checkpoints and the run log: train.py saves and resumes with them, eval.py loads a model.
+
+A run folder out_dir/RUN/ holds log.jsonl (a header line, then a line per log step) and one
+checkpoint, of either format:
+    ckpt.pt       one process or DDP: rank 0 writes everything in one file
+    ckpt_STEP/    --fsdp: each rank writes its shards (torch.distributed.checkpoint), then rank 0
+                  writes meta.pt, last: a folder without it is a write that was cut
+Both hold the same fields: step, model_config, train_config, scaler, rng, model, optims (under
+--fsdp the last two are the shards). Every write goes to a temporary name and is renamed, so a kill
+at any moment leaves the previous checkpoint whole.
+"""
+import json
+import os
+import re
+import shutil
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import (get_model_state_dict, get_optimizer_state_dict,
+                                                     set_model_state_dict, set_optimizer_state_dict)
+
+from common import fail
+from model import GPT, GPTConfig
+
+
+def sharded(run_dir):
+    """The run's complete ckpt_STEP/ folders, oldest first."""
+    done = [d for d in os.listdir(run_dir) if re.fullmatch(r"ckpt_\d+", d)
+            and os.path.exists(os.path.join(run_dir, d, "meta.pt"))] if os.path.isdir(run_dir) else []
+    return [os.path.join(run_dir, d) for d in sorted(done, key=lambda d: int(d[5:]))]
+
+
+def latest(run_dir, fsdp):
+    """The checkpoint a resume reads, or None; refuses one of the other format."""
+    file, folders = os.path.join(run_dir, "ckpt.pt"), sharded(run_dir)
+    if fsdp and os.path.exists(file):
+        fail(f"{file} is a DDP checkpoint; resume this run without --fsdp (or start a new --run_name)")
+    if not fsdp and folders:
+        fail(f"{folders[-1]} is a sharded --fsdp checkpoint; resume this run with --fsdp")
+    return (folders[-1] if folders else None) if fsdp else (file if os.path.exists(file) else None)
+
+
+def sharded_state(model, optims):
+    # each rank's shards of the weights and of each optimiser's state, one optimiser at a time (DCP
+    # refuses several at once when one has an empty group, as AdamW's gains without MLA)
+    return dict(model=get_model_state_dict(model),
+                **{f"optim{i}": get_optimizer_state_dict(model, o) for i, o in enumerate(optims)})
+
+
+def save(run_dir, step, model, optims, meta, fsdp, master):
+    """Every rank calls this. meta: the fields beside the weights (step, configs, scaler, rng)."""
+    meta = dict(meta, step=step)
+    if fsdp:
+        folder = os.path.join(run_dir, f"ckpt_{step}")
+        if master and os.path.exists(folder):
+            shutil.rmtree(folder)  # a cut write of this step
+        dist.barrier()
+        dcp.save(sharded_state(model, optims), checkpoint_id=folder)  # returns once every rank's shards are written
+        if master:
+            torch.save(meta, os.path.join(folder, "meta.pt.tmp"))
+            os.replace(os.path.join(folder, "meta.pt.tmp"), os.path.join(folder, "meta.pt"))  # now it counts
+            for d in os.listdir(run_dir):  # older ones, and any cut write
+                if re.fullmatch(r"ckpt_\d+", d) and d != f"ckpt_{step}":
+                    shutil.rmtree(os.path.join(run_dir, d))
+    elif master:
+        tmp = os.path.join(run_dir, "ckpt.pt.tmp")
+        torch.save(dict(meta, model=model.state_dict(), optims=[o.state_dict() for o in optims]), tmp)
+        os.replace(tmp, os.path.join(run_dir, "ckpt.pt"))
+
+
+def load_meta(path):
+    """Every field of a checkpoint but the weights and optimiser state, or a one-line error.
+    Memory-mapped: the weights (and the optimiser state, often twice their size) are not read."""
+    if not os.path.exists(path):
+        fail(f"no checkpoint at {path}; train one with `python train.py`")
+    try:
+        if os.path.isdir(path):
+            return torch.load(os.path.join(path, "meta.pt"), map_location="cpu", weights_only=False)
+        meta = torch.load(path, map_location="cpu", mmap=True, weights_only=False)
+    except Exception as e:
+        fail(f"checkpoint {path} is unreadable ({type(e).__name__}): it is truncated or not a nanoKV "
+             f"checkpoint; restore it or start a new --run_name")
+    meta.pop("model", None)
+    meta.pop("optims", None)
+    return meta
+
+
+def load_state(path, model, optims=()):
+    """The checkpoint's weights (and optimisers' states) into model and optims, in place. A sharded
+    one is read by each rank for its own shards, resharded if the number of ranks changed; by one
+    process for all of them."""
+    if os.path.isdir(path):
+        state = sharded_state(model, optims) if optims else {"model": model.state_dict()}
+        dcp.load(state, checkpoint_id=path)
+        if not optims:  # one process: a plain module, its whole weights
+            model.load_state_dict(state["model"])
+            return
+        set_model_state_dict(model, state["model"])
+        for i, o in enumerate(optims):
+            set_optimizer_state_dict(model, o, state[f"optim{i}"])
+        return
+    ckpt = torch.load(path, map_location="cpu", mmap=True, weights_only=False)
+    model.load_state_dict(ckpt["model"])
+    for o, s in zip(optims, ckpt["optims"] if optims else []):
+        o.load_state_dict(s)
+
+
+def same_model(saved, config, what):
+    # a resume must build the model the run was trained with
+    diff = [k for k, v in config.items() if saved.get(k) != v]
+    if diff:
+        fail(f"{what} with another model config ({', '.join(diff)} differ); pass the same flags or "
+             f"start a new --run_name")
+
+
+def load_model(path, device="cpu"):
+    """(model in eval mode on device, the checkpoint's other fields) from either format."""
+    meta = load_meta(path)
+    model = GPT(GPTConfig(**meta["model_config"]))
+    try:
+        load_state(path, model)
+    except Exception as e:
+        fail(f"{path} is not a readable nanoKV checkpoint ({type(e).__name__}: "
+             f"{str(e).splitlines()[0][:120]}); restore it or train again")
+    return model.to(device).eval(), meta
+
+
+def read_log(path):
+    """The records of a log's whole lines. A line cut by a kill is dropped from the file too
+    (atomically), so the next line appended starts on a line of its own."""
+    with open(path, encoding="utf-8") as f:
+        whole, _, cut = f.read().rpartition("\n")
+    records = [json.loads(line) for line in whole.split("\n")] if whole else []
+    if cut:
+        write_log(path, records)
+    return records
+
+
+def write_log(path, records):
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        f.writelines(json.dumps(r) + "\n" for r in records)
+    os.replace(path + ".tmp", path)
+
+
+def append_log(path, record):
+    with open(path, "a", encoding="utf-8") as f:  # one whole line per write
+        f.write(json.dumps(record) + "\n")

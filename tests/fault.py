@@ -1,0 +1,84 @@
+"""
+Run train.py as a power cut would stop it: `python tests/fault.py train.py ARGS` with
+NANOKV_FAULT=WHERE:N runs `python train.py ARGS` and SIGKILLs it
+    log:N       half-way through writing step N's log line
+    eval:N      in step N's evaluation
+    ckpt:N      in step N's checkpoint write, after the new one is written and before it counts
+or, with inf_grad:N, makes the gradients of the step from N to N+1 inf, as an fp16 overflow would.
+The faults are patched in from here, so train.py carries no test hook.
+"""
+import json
+import os
+import runpy
+import signal
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import checkpoint  # noqa: E402
+import eval as ev  # noqa: E402
+
+where, n = os.environ["NANOKV_FAULT"].split(":")
+n = int(n)
+
+
+def die():
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def callers_step():
+    # train.py's loop runs at its top level: the step it is at is a global of its frame
+    return sys._getframe(2).f_globals.get("step")
+
+
+if where == "log":
+    append = checkpoint.append_log
+
+    def append_log(path, record):
+        if record.get("type") == "step" and record["step"] == n:
+            line = json.dumps(record) + "\n"
+            with open(path, "a") as f:
+                f.write(line[:len(line) // 2])
+            die()
+        append(path, record)
+    checkpoint.append_log = append_log
+elif where == "eval":
+    evaluate = ev.evaluate
+
+    def evaluate_then_die(*args, **kwargs):
+        out = evaluate(*args, **kwargs)
+        if callers_step() == n:
+            die()
+        return out
+    ev.evaluate = evaluate_then_die
+elif where == "ckpt":
+    save, replace = checkpoint.save, os.replace
+
+    def save_and_die(run_dir, step, *args, **kwargs):
+        def replace_or_die(src, dst):
+            if os.path.basename(dst) in ("ckpt.pt", "meta.pt"):  # the rename that makes the new one count
+                die()
+            replace(src, dst)
+        os.replace = replace_or_die if step == n else replace
+        try:
+            save(run_dir, step, *args, **kwargs)
+        finally:
+            os.replace = replace
+    checkpoint.save = save_and_die
+elif where == "inf_grad":
+    unscale = torch.amp.GradScaler.unscale_
+
+    def unscale_inf(self, optimizer):
+        if callers_step() == n:
+            for group in optimizer.param_groups:
+                for p in group["params"]:
+                    if p.grad is not None:
+                        p.grad.fill_(float("inf"))
+        return unscale(self, optimizer)
+    torch.amp.GradScaler.unscale_ = unscale_inf
+else:
+    sys.exit(f"error: NANOKV_FAULT={where}:{n}: use log, eval, ckpt or inf_grad")
+
+script, sys.argv = sys.argv[1], sys.argv[1:]
+runpy.run_path(script, run_name="__main__")
