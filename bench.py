@@ -344,6 +344,7 @@ def bench_muon(args, cfg):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.error = lambda msg: fail(f"{msg}; see --help")  # one line, as every bad input
     p.add_argument("what", nargs="?", default="train", choices=["train", "decode", "kv", "muon"])
     p.add_argument("--preset", default="cpu", help=f"the shape: {', '.join(PRESETS)}")
     p.add_argument("--block_size", type=int, default=None, help="context; default the preset's")

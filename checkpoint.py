@@ -115,6 +115,38 @@ def same_model(saved, config, what):
              f"start a new --run_name")
 
 
+def restore(run_dir, fsdp, model, optims, scaler, model_config, device):
+    """--resume: the last checkpoint's weights, optimiser and scaler states and RNG, loaded in place;
+    returns its other fields, or None when the run was killed before its first checkpoint."""
+    if not os.path.isdir(run_dir):
+        fail(f"no run in {run_dir} to resume; drop --resume to start it")
+    path = latest(run_dir, fsdp)
+    if path is None:
+        return None
+    meta = load_meta(path)
+    same_model(meta["model_config"], model_config, f"{path} was trained")
+    load_state(path, model, optims)
+    scaler.load_state_dict(meta["scaler"])
+    torch.set_rng_state(meta["rng"]["torch"])
+    if meta["rng"]["cuda"] is not None and device.startswith("cuda"):
+        torch.cuda.set_rng_state(meta["rng"]["cuda"], device)
+    return meta
+
+
+def logged(log_path, model_config, drop_after=None):
+    """The last step a resumed run's log holds (-1: none), after checking its header is this model's;
+    drop_after=N first drops the lines of steps after N."""
+    if not os.path.exists(log_path):
+        return -1
+    records = read_log(log_path)
+    if records:
+        same_model(records[0]["config"], model_config, f"{log_path} was written")
+    if drop_after is not None:
+        records = [r for r in records if r.get("step", -1) <= drop_after]
+        write_log(log_path, records)
+    return max([r["step"] for r in records if r["type"] == "step"], default=-1)
+
+
 def load_model(path, device="cpu"):
     """(model in eval mode on device, the checkpoint's other fields) from either format."""
     meta = load_meta(path)

@@ -76,5 +76,13 @@ def device_name(device):
 
 
 def host_memory():
-    # bytes of RAM on this machine: a CPU run's limit, as a GPU's memory is a GPU run's
+    # bytes of RAM on this machine
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def device_memory(device):
+    """Bytes one rank may use: its GPU's memory, or its share of the host's RAM (a CPU's ranks share it)."""
+    import torch
+    if device.startswith("cuda"):
+        return torch.cuda.get_device_properties(device).total_memory
+    return host_memory() / int(os.environ.get("LOCAL_WORLD_SIZE", 1))

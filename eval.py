@@ -118,6 +118,7 @@ def main(argv=None):
     from prepare import load_split
     from tokenizer import get_tokenizer
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.error = lambda msg: fail(f"{msg}; see --help")  # one line, as every bad input
     p.add_argument("checkpoint", help="a ckpt.pt written by train.py, or a ckpt_STEP/ folder (--fsdp)")
     p.add_argument("--eval_tokens", type=int, default=None, help="default: the run's own")
     p.add_argument("--batch_size", type=int, default=8)

@@ -8,6 +8,7 @@ The tests check every number here against the built model, its caches and torch'
 import os
 import runpy
 import sys
+from dataclasses import replace
 
 from common import DESIGNS, setting
 from model import LOSS_CHUNK, PRESETS, preset
@@ -149,6 +150,14 @@ def memory_per_gpu(cfg, batch_size, world, fsdp, checkpointing=False):
     tokens = batch_size * cfg.block_size
     head = 12 * min(tokens, LOSS_CHUNK // V) * V + 4 * V * d
     return weights + tokens * activation_bytes_per_token(cfg, checkpointing) + head
+
+
+def accounting(cfg):
+    """What a run's log header records of its model, counted by the formulas above."""
+    mha = replace(cfg, attn="mha", n_kv_head=None)
+    return dict(params=params(cfg), kv_params=kv_params(cfg), flops_per_token=train_flops_per_token(cfg),
+                paper_flops_per_token=paper_flops_per_token(cfg), kv_bytes_per_token=kv_cache_bytes_per_token(cfg),
+                mha_kv_bytes_per_token=kv_cache_bytes_per_token(mha))
 
 
 def memory_refusal(cfg, batch_size, world, fsdp, checkpointing, limit):

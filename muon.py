@@ -167,5 +167,14 @@ def optimizers(model, ns_dtype, matrix_lr=MATRIX_LR, embed_lr=EMBED_LR, head_lr=
                               betas=betas, weight_decay=weight_decay)]
 
 
+def adamw_only(model, lr, weight_decay=WEIGHT_DECAY, betas=BETAS):
+    # --optimizer=adamw, a plain baseline: AdamW for everything, decay on every matrix but the embedding
+    decay = [p for n, p in model.named_parameters() if p.ndim == 2 and n != "wte.weight"]
+    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2 or n == "wte.weight"]
+    return [torch.optim.AdamW([dict(params=decay), dict(params=no_decay, weight_decay=0.0)],
+                              lr=lr, betas=betas, weight_decay=weight_decay)]
+
+
 if __name__ == "__main__":
-    raise SystemExit("muon.py's benchmark moved: torchrun --standalone --nproc_per_node=2 bench.py muon")
+    from common import fail
+    fail("muon.py's benchmark moved: torchrun --standalone --nproc_per_node=2 bench.py muon")

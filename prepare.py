@@ -437,12 +437,13 @@ def prepare(dataset, tokenizer=None, data_dir="data", **args):
     return out_dir
 
 
-def load_split(dataset_dir, split):
+def load_split(dataset_dir, split, window=1):
     """
     The tokens of split ("train" or "val") as read-only uint16 memmaps: one array for a single-file
     dataset (shakespeare), a list of arrays, one per shard, for a sharded one (fineweb). Documents
     never straddle files, so a caller draws a window of T+1 tokens from inside one array (for
-    shards: pick a shard, e.g. with probability proportional to its length, then an offset).
+    shards: pick a shard, e.g. with probability proportional to its length, then an offset). A
+    ValueError if a file is shorter than window tokens.
     """
     if not is_prepared(dataset_dir):
         path = os.path.normpath(dataset_dir)
@@ -456,6 +457,9 @@ def load_split(dataset_dir, split):
     meta = read_meta(dataset_dir)
     files = [os.path.join(dataset_dir, s["file"]) for s in meta[f"{split}_files"]]
     arrays = [np.memmap(f, dtype=np.uint16, mode="r") for f in files]
+    if min(map(len, arrays)) < window:
+        raise ValueError(f"{dataset_dir} has a {split} file shorter than one window of block_size+1 = {window} "
+                         f"tokens; give it more text (or a larger --val_frac), or a smaller --block_size")
     return arrays if meta["sharded"] else arrays[0]
 
 

@@ -28,7 +28,7 @@ import checkpoint as ckpt
 import configurator
 import flops
 import muon
-from common import autocast, device_name, fail, host_memory, resolve_device, resolve_dtype
+from common import autocast, device_memory, device_name, fail, resolve_device, resolve_dtype
 from eval import evaluate
 from model import GPT, GPTConfig, preset as model_preset
 from prepare import load_split, prepare, windows
@@ -103,12 +103,7 @@ if ddp:
 if fsdp and not ddp:
     fail("--fsdp shards the model across ranks: launch with torchrun --nproc_per_node=N (N >= 2), or drop --fsdp")
 log = print if master else (lambda *a, **k: None)
-
-
-def warn(msg):
-    if master:
-        print(f"warning: {msg}", file=sys.stderr)
-
+warn = lambda msg: log(f"warning: {msg}", file=sys.stderr)  # noqa: E731
 
 # precision: autocast to bf16 or fp16 (fp16 with a loss scaler, whose range it needs); TF32 matmuls on GPUs
 dtype = resolve_dtype(dtype, device)
@@ -135,9 +130,7 @@ if total_batch_tokens % (batch_size * T * world):
     fail(f"total_batch_tokens={total_batch_tokens} must be a multiple of batch_size·block_size·ranks "
          f"= {batch_size}·{T}·{world}; change --batch_size or --total_batch_tokens")
 grad_accum = total_batch_tokens // (batch_size * T * world)
-ranks_here = int(os.environ.get("LOCAL_WORLD_SIZE", 1))  # a CPU's ranks share its RAM
-limit = memory_limit_gb * 2**30 or (torch.cuda.get_device_properties(device).total_memory if cuda
-                                    else host_memory() / ranks_here)
+limit = memory_limit_gb * 2**30 or device_memory(device)
 refusal = flops.memory_refusal(model_config, batch_size, world, fsdp, activation_checkpointing, limit)
 if refusal:  # now, rather than out of memory after minutes of building and compiling
     fail(refusal)
@@ -149,13 +142,9 @@ if dataset == "shakespeare" and master:
 if ddp:
     dist.barrier()
 try:
-    train_data, val_data = load_split(dataset_dir, "train"), load_split(dataset_dir, "val")
-except FileNotFoundError as e:
+    train_data, val_data = load_split(dataset_dir, "train", T + 1), load_split(dataset_dir, "val", T + 1)
+except (FileNotFoundError, ValueError) as e:
     fail(str(e))
-for name, split in (("training", train_data), ("held-out", val_data)):
-    if min(map(len, split if isinstance(split, list) else [split])) <= T:
-        fail(f"{dataset_dir} has a {name} file shorter than one window of block_size+1 = {T + 1} tokens; "
-             f"give it more text (or a larger --val_frac), or a smaller --block_size")
 n_train = sum(map(len, train_data)) if isinstance(train_data, list) else len(train_data)
 if max_iters * total_batch_tokens > n_train:
     warn(f"{max_iters} steps x {total_batch_tokens} tokens is {max_iters * total_batch_tokens / n_train:.1f} times "
@@ -197,10 +186,7 @@ except ValueError as e:
 if optimizer == "muon":
     optims = muon.optimizers(model, ns_dtype, matrix_lr, embed_lr, head_lr, weight_decay, betas)
 elif optimizer == "adamw":
-    decay = [p for n, p in model.named_parameters() if p.ndim == 2 and n != "wte.weight"]
-    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2 or n == "wte.weight"]
-    optims = [torch.optim.AdamW([dict(params=decay), dict(params=no_decay, weight_decay=0.0)],
-                                lr=adamw_lr, betas=betas, weight_decay=weight_decay)]
+    optims = muon.adamw_only(model, adamw_lr, weight_decay, betas)
 else:
     fail(f"--optimizer={optimizer!r} is unknown; use muon or adamw")
 base_lrs = [[g["lr"] for g in o.param_groups] for o in optims]  # this run's, whatever a checkpoint saved
@@ -214,45 +200,29 @@ def lr_frac(step):
     return min_lr_frac + (1 - min_lr_frac) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
-# resume: the weights, optimiser and scaler states, RNG and step of the last checkpoint
+# resume: the last checkpoint's weights, optimiser, scaler and RNG states, and its step
 log_path = os.path.join(run_dir, "log.jsonl")
-start, last_logged, changed = 0, -1, []
-path = ckpt.latest(run_dir, fsdp) if resume else None
-if path:
-    meta = ckpt.load_meta(path)
-    ckpt.same_model(meta["model_config"], asdict(model_config), f"{path} was trained")
-    ckpt.load_state(path, model, optims)
-    scaler.load_state_dict(meta["scaler"])
-    torch.set_rng_state(meta["rng"]["torch"])
-    if cuda and meta["rng"]["cuda"] is not None:
-        torch.cuda.set_rng_state(meta["rng"]["cuda"], device)
-    start = meta["step"]
-    if start > max_iters:
-        fail(f"{path} is at step {start}, past --max_iters={max_iters}; pass a larger --max_iters "
-             f"to train on, or start a new --run_name")
-    if start == max_iters:
-        log(f"{run_name}: already trained to step {start} = max_iters; nothing to do (a larger --max_iters trains on)")
-        sys.exit(0)
-    old = meta["train_config"]
-    changed = [k for k in config_keys if (k in ("max_iters", "warmup_iters", "min_lr_frac") or k.endswith("_lr"))
-               and old.get(k) != train_config[k]]
-    if changed:
-        warn(f"resuming with another schedule ({', '.join(f'{k} {old.get(k)} -> {train_config[k]}' for k in changed)}): "
-             f"steps after {start} follow the new one")
-elif resume and not os.path.isdir(run_dir):
-    fail(f"no run in {run_dir} to resume; drop --resume to start it")
-elif not resume and master and os.path.exists(log_path):
+start, changed = 0, []
+if resume:
+    meta = ckpt.restore(run_dir, fsdp, model, optims, scaler, asdict(model_config), device)
+    if meta:  # None: killed before its first checkpoint, so it starts again from step 0
+        start, old = meta["step"], meta["train_config"]
+        if start > max_iters:
+            fail(f"{run_dir} is at step {start}, past --max_iters={max_iters}; pass a larger --max_iters "
+                 f"to train on, or start a new --run_name")
+        if start == max_iters:
+            log(f"{run_name}: already trained to step {start} = max_iters; nothing to do (a larger --max_iters trains on)")
+            sys.exit(0)
+        changed = [k for k in config_keys if (k in ("max_iters", "warmup_iters", "min_lr_frac") or k.endswith("_lr"))
+                   and old.get(k) != train_config[k]]
+        if changed:
+            warn(f"resuming with another schedule ({', '.join(f'{k} {old.get(k)} -> {train_config[k]}' for k in changed)}): "
+                 f"steps after {start} follow the new one")
+elif master and os.path.exists(log_path):
     fail(f"{run_dir} already holds a run; pass --resume to continue it or choose another --run_name")
-if resume and master and os.path.exists(log_path):
-    # a resumed run redoes exactly the steps the killed one logged after its checkpoint: their lines
-    # are kept and not written again, unless another schedule makes them differ
-    records = ckpt.read_log(log_path)
-    if records:
-        ckpt.same_model(records[0]["config"], asdict(model_config), f"{log_path} was written")
-    if changed:
-        records = [r for r in records if r.get("step", -1) <= start]
-        ckpt.write_log(log_path, records)
-    last_logged = max([r["step"] for r in records if r["type"] == "step"], default=-1)
+# the steps a killed run logged after its checkpoint are redone exactly: not logged again, unless
+# another schedule makes them differ (then their lines are dropped)
+last_logged = ckpt.logged(log_path, asdict(model_config), start if changed else None) if resume and master else -1
 if ddp:  # every rank must agree on which steps evaluate
     t = torch.tensor([last_logged], device=device)
     dist.broadcast(t, 0)
@@ -272,35 +242,14 @@ if master:
     os.makedirs(run_dir, exist_ok=True)
     git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                          cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
-    mha = GPTConfig(**{**asdict(model_config), "attn": "mha"})
     ckpt.append_log(log_path, dict(
         type="header", run=run_name, attn=model_config.attn, resumed=resume, start_step=start,
-        config={**train_config, **asdict(model_config), "run": run_name}, params=flops.params(model_config),
-        kv_params=flops.kv_params(model_config), flops_per_token=flops_per_token,
-        paper_flops_per_token=flops.paper_flops_per_token(model_config),
-        kv_bytes_per_token=flops.kv_cache_bytes_per_token(model_config),
-        mha_kv_bytes_per_token=flops.kv_cache_bytes_per_token(mha), tokens_per_step=total_batch_tokens,
-        world_size=world, git=git, device=f"{world}x {hardware}", torch=torch.__version__, dtype=dtype,
-        time=time.strftime("%Y-%m-%d %H:%M:%S")))
+        config={**train_config, **asdict(model_config), "run": run_name}, **flops.accounting(model_config),
+        tokens_per_step=total_batch_tokens, world_size=world, git=git, device=f"{world}x {hardware}",
+        torch=torch.__version__, dtype=dtype, time=time.strftime("%Y-%m-%d %H:%M:%S")))
 log(f"{run_name}: {model_config.attn}, {flops.params(model_config) / 1e6:.2f}M params, "
     f"{flops_per_token / 1e6:.2f} MFLOP/token, {total_batch_tokens} tokens/step ({world} rank(s) x {grad_accum} "
     f"micro-steps x {batch_size}x{T}), {max_iters} steps on {hardware}")
-
-
-def save_checkpoint(step):
-    rng = dict(torch=torch.get_rng_state(), cuda=torch.cuda.get_rng_state(device) if cuda else None)
-    meta = dict(scaler=scaler.state_dict(), model_config=asdict(model_config), train_config=train_config, rng=rng)
-    ckpt.save(run_dir, step, model, optims, meta, fsdp, master)
-    if ddp:
-        dist.barrier()
-
-
-def rank0_says(flag):
-    # rank 0's clock decides, so every rank takes the same branch
-    t = torch.tensor(float(flag), device=device)
-    if ddp:
-        dist.broadcast(t, 0)
-    return bool(t)
 
 
 # -----------------------------------------------------------------------------
@@ -314,8 +263,12 @@ while True:  # `step` optimiser steps are done
     # once in a while: wait for the device (only here), log, evaluate, checkpoint
     last = step == max_iters
     logging = step > start and (step % log_interval == 0 or step % eval_interval == 0 or last)
-    saving = step > start and (last or (ckpt_every and step % ckpt_every == 0)
-                               or (ckpt_minutes and rank0_says(time.time() - t_ckpt >= 60 * ckpt_minutes)))
+    saving = step > start and (last or bool(ckpt_every and step % ckpt_every == 0))
+    if ckpt_minutes and step > start:  # rank 0's clock decides, so every rank takes the same branch
+        due = torch.tensor(float(time.time() - t_ckpt >= 60 * ckpt_minutes), device=device)
+        if ddp:
+            dist.broadcast(due, 0)
+        saving = saving or bool(due)
     record = dict(type="step", step=step, tokens=step * total_batch_tokens, flops=step * total_batch_tokens * flops_per_token)
     if logging or saving:
         train_loss, dt = loss_sum.item(), (time.time() - t_window) / (step - window_start)  # dt: the mean since the last wait
@@ -337,7 +290,11 @@ while True:  # `step` optimiser steps are done
     if master and (evaluating or step % log_interval == 0) and step > last_logged:
         ckpt.append_log(log_path, record)
     if saving:
-        save_checkpoint(step)
+        rng = dict(torch=torch.get_rng_state(), cuda=torch.cuda.get_rng_state(device) if cuda else None)
+        meta = dict(scaler=scaler.state_dict(), model_config=asdict(model_config), train_config=train_config, rng=rng)
+        ckpt.save(run_dir, step, model, optims, meta, fsdp, master)
+        if ddp:
+            dist.barrier()
         t_ckpt = time.time()
     if step > start and step % log_interval == 0:
         eta = (time.time() - t_start) / (step - start) * (max_iters - step)
