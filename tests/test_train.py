@@ -34,11 +34,6 @@ def train(tmp, *args, launcher=(sys.executable,), check=True, wait=True, env=Non
     if not wait:
         return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    if len(launcher) > 1 and p.returncode and "terminate called without an active exception" in p.stderr:
-        # once, on a loaded 2-core machine, a gloo rank aborted in C++ (std::terminate, no traceback)
-        # and could not be made to again; the run is resumable, so it is run again as a user would
-        p = subprocess.run(cmd + ["--resume"] * ("--resume" not in cmd), cwd=ROOT, env=env, capture_output=True,
-                           text=True, timeout=300)
     if check:
         assert p.returncode == 0, p.stderr[-3000:]
     return p
