@@ -332,5 +332,6 @@ while True:  # `step` optimiser steps are done
     model.zero_grad(set_to_none=True)
     step += 1
 
-if ddp:
+if ddp:  # release what holds the process group (DDP's reducer) while the interpreter is whole, then the group
+    del train_model
     dist.destroy_process_group()

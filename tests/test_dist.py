@@ -81,7 +81,7 @@ import re  # noqa: E402
 import pytest  # noqa: E402
 
 import test_train  # noqa: E402
-from test_train import FAULT, curve, one_line_error, read_log, train  # noqa: E402
+from test_train import FAULT, curve, one_line_error, read_log, refused, train  # noqa: E402
 
 TORCHRUN = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2")
 # evals every 4 steps, checkpoints every 3; LRKV: a per-head Muon parameter, which FSDP2 must keep;
@@ -121,7 +121,7 @@ def test_fsdp_matches_ddp_and_one_process_and_resumes_exactly(tmp_path):
               env={"NANOKV_FAULT": "ckpt:6"})
     assert p.returncode != 0 and os.path.exists(tmp_path / "cut" / "ckpt_3" / "meta.pt")
     assert not os.path.exists(tmp_path / "cut" / "ckpt_6" / "meta.pt")
-    one_line_error(train(tmp_path, *SHARDED, "--run_name=cut", "--resume", check=False), "--fsdp")
+    one_line_error(refused(tmp_path, *SHARDED, "--run_name=cut", "--resume"), "--fsdp")
     train(tmp_path, *SHARDED, "--run_name=cut", "--fsdp", "--resume", launcher=TORCHRUN)
     headers = [json.loads(l) for l in open(tmp_path / "cut" / "log.jsonl") if '"header"' in l]
     assert [h["start_step"] for h in headers] == [0, 3]
@@ -133,4 +133,4 @@ def test_fsdp_matches_ddp_and_one_process_and_resumes_exactly(tmp_path):
 
 def test_fsdp_needs_ranks(tmp_path):
     # (--fsdp with --dtype=fp16 is refused too, but only under torchrun: 15 s for one line, not tested)
-    one_line_error(train(tmp_path, "--fsdp", check=False), "torchrun")
+    one_line_error(refused(tmp_path, "--fsdp"), "torchrun")

@@ -11,7 +11,7 @@ from torch.utils.checkpoint import checkpoint
 import flops
 import test_train
 from model import GPT, preset
-from test_train import ROOT, curve, one_line_error, read_log, train
+from test_train import ROOT, curve, one_line_error, read_log, refused, train
 
 GB = 1e9
 
@@ -32,9 +32,9 @@ def test_refuses_a_run_that_does_not_fit_and_names_what_does(tmp_path, data_dir)
     cfg = preset("cpu", n_layer=2, n_head=2, n_embd=32, block_size=32, vocab_size=320)  # TINY's mha
     need = flops.memory_per_gpu(cfg, 4, 1, False)
     between = (max(flops.memory_per_gpu(cfg, 4, 1, False, True), flops.memory_per_gpu(cfg, 1, 1, False)) + need) / 2
-    p = train(tmp_path, f"--memory_limit_gb={between / 2**30}", check=False)
+    p = refused(tmp_path, f"--memory_limit_gb={between / 2**30}")
     one_line_error(p, f"needs about {need / 2**30:.3g} GiB", "--activation_checkpointing or --batch_size=1")
-    p = train(tmp_path, f"--memory_limit_gb={need / 2**30 / 100}", check=False)
+    p = refused(tmp_path, f"--memory_limit_gb={need / 2**30 / 100}")
     one_line_error(p, "what fits: none")
 
 
