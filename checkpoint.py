@@ -70,27 +70,25 @@ def save(run_dir, step, model, optims, meta, fsdp, master):
         os.replace(tmp, os.path.join(run_dir, "ckpt.pt"))
 
 
-def load_meta(path):
-    """Every field of a checkpoint but the weights and optimiser state, or a one-line error.
-    Memory-mapped: the weights (and the optimiser state, often twice their size) are not read."""
+def read(path):
+    """A checkpoint's fields, or a one-line error. A ckpt.pt is memory-mapped, so its weights and
+    optimiser state (often twice the weights) are read only where they are used; a ckpt_STEP/
+    folder gives its meta.pt, the shards staying on disk for load_state."""
     if not os.path.exists(path):
         fail(f"no checkpoint at {path}; train one with `python train.py`")
     try:
         if os.path.isdir(path):
             return torch.load(os.path.join(path, "meta.pt"), map_location="cpu", weights_only=False)
-        meta = torch.load(path, map_location="cpu", mmap=True, weights_only=False)
+        return torch.load(path, map_location="cpu", mmap=True, weights_only=False)
     except Exception as e:
         fail(f"checkpoint {path} is unreadable ({type(e).__name__}): it is truncated or not a nanoKV "
              f"checkpoint; restore it or start a new --run_name")
-    meta.pop("model", None)
-    meta.pop("optims", None)
-    return meta
 
 
-def load_state(path, model, optims=()):
-    """The checkpoint's weights (and optimisers' states) into model and optims, in place. A sharded
-    one is read by each rank for its own shards, resharded if the number of ranks changed; by one
-    process for all of them."""
+def load_state(path, ckpt, model, optims=()):
+    """The weights (and optimisers' states) of the checkpoint read(path) gave into model and optims,
+    in place. A sharded one is read by each rank for its own shards, resharded if the number of
+    ranks changed; by one process for all of them."""
     if os.path.isdir(path):
         state = sharded_state(model, optims) if optims else {"model": model.state_dict()}
         dcp.load(state, checkpoint_id=path)
@@ -101,10 +99,14 @@ def load_state(path, model, optims=()):
         for i, o in enumerate(optims):
             set_optimizer_state_dict(model, o, state[f"optim{i}"])
         return
-    ckpt = torch.load(path, map_location="cpu", mmap=True, weights_only=False)
     model.load_state_dict(ckpt["model"])
     for o, s in zip(optims, ckpt["optims"] if optims else []):
         o.load_state_dict(s)
+
+
+def meta_of(ckpt):
+    # every field but the weights and optimiser states: what a caller keeps for the rest of a run
+    return {k: v for k, v in ckpt.items() if k not in ("model", "optims")}
 
 
 def same_model(saved, config, what):
@@ -123,14 +125,14 @@ def restore(run_dir, fsdp, model, optims, scaler, model_config, device):
     path = latest(run_dir, fsdp)
     if path is None:
         return None
-    meta = load_meta(path)
-    same_model(meta["model_config"], model_config, f"{path} was trained")
-    load_state(path, model, optims)
-    scaler.load_state_dict(meta["scaler"])
-    torch.set_rng_state(meta["rng"]["torch"])
-    if meta["rng"]["cuda"] is not None and device.startswith("cuda"):
-        torch.cuda.set_rng_state(meta["rng"]["cuda"], device)
-    return meta
+    ckpt = read(path)
+    same_model(ckpt["model_config"], model_config, f"{path} was trained")
+    load_state(path, ckpt, model, optims)
+    scaler.load_state_dict(ckpt["scaler"])
+    torch.set_rng_state(ckpt["rng"]["torch"])
+    if ckpt["rng"]["cuda"] is not None and device.startswith("cuda"):
+        torch.cuda.set_rng_state(ckpt["rng"]["cuda"], device)
+    return meta_of(ckpt)
 
 
 def logged(log_path, model_config, drop_after=None):
@@ -149,14 +151,14 @@ def logged(log_path, model_config, drop_after=None):
 
 def load_model(path, device="cpu"):
     """(model in eval mode on device, the checkpoint's other fields) from either format."""
-    meta = load_meta(path)
-    model = GPT(GPTConfig(**meta["model_config"]))
+    ckpt = read(path)
+    model = GPT(GPTConfig(**ckpt["model_config"]))
     try:
-        load_state(path, model)
+        load_state(path, ckpt, model)
     except Exception as e:
         fail(f"{path} is not a readable nanoKV checkpoint ({type(e).__name__}: "
              f"{str(e).splitlines()[0][:120]}); restore it or train again")
-    return model.to(device).eval(), meta
+    return model.to(device).eval(), meta_of(ckpt)
 
 
 def read_log(path):

@@ -240,8 +240,11 @@ flops_per_token = flops.train_flops_per_token(model_config)
 peak = flops.peak_flops(hardware) if cuda else None
 if master:
     os.makedirs(run_dir, exist_ok=True)
-    git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                         cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+    try:  # the commit, where the code is a git checkout with git installed
+        git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                             cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+    except OSError:
+        git = ""
     ckpt.append_log(log_path, dict(
         type="header", run=run_name, attn=model_config.attn, resumed=resume, start_step=start,
         config={**train_config, **asdict(model_config), "run": run_name}, **flops.accounting(model_config),
