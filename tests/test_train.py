@@ -254,6 +254,15 @@ def one_line_error(p, *words):
         assert w in err, err
 
 
+def exits_in_one_line(main, argv, capsys):
+    """A script's main(argv) refusing bad input: exit status 2 and one line on stderr, returned."""
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1, err
+    return err
+
+
 def test_bad_input_gives_one_line_errors(tmp_path):
     cases = [(["--bogus=1"], ["--bogus"]), (["--attn=xyz"], ["attn", "lrkv"]), (["--max_iters=ten"], ["--max_iters"]),
              (["--n_head=3"], ["n_embd"]), (["--total_batch_tokens=200"], ["total_batch_tokens"]),
