@@ -14,6 +14,7 @@ import json
 import os
 import re
 import shutil
+from dataclasses import asdict
 
 import torch
 import torch.distributed as dist
@@ -110,7 +111,9 @@ def meta_of(ckpt):
 
 
 def same_model(saved, config, what):
-    # a resume must build the model the run was trained with
+    # a resume must build the model the run was trained with; the saved fields are resolved as
+    # GPTConfig resolves them, so a field added since the run was saved counts as its default
+    saved = asdict(GPTConfig(**{k: v for k, v in saved.items() if k in config}))
     diff = [k for k, v in config.items() if saved.get(k) != v]
     if diff:
         fail(f"{what} with another model config ({', '.join(diff)} differ); pass the same flags or "

@@ -50,8 +50,17 @@ def q_params_per_layer(cfg):
 def params(cfg):
     """Every parameter: embedding, per layer (q, K/V path, output, MLP), head."""
     d = cfg.n_embd
-    layer = q_params_per_layer(cfg) + kv_params_per_layer(cfg) + d * d + 8 * d * d
+    layer = q_params_per_layer(cfg) + kv_params_per_layer(cfg) + d * d + 2 * d * cfg.mlp_hidden
     return 2 * cfg.vocab_size * d + cfg.n_layer * layer
+
+
+def match_params(cfg):
+    """cfg with the MLP width that gives it standard MHA's parameter count at the same shape. The
+    attention is left as it is; each unit of MLP width is 2·d parameters per layer, so the nearest
+    width leaves the two counts under n_layer·d apart."""
+    mha = params(replace(cfg, attn="mha", n_kv_head=None, mlp_hidden=None))
+    own = params(replace(cfg, mlp_hidden=4 * cfg.n_embd))
+    return replace(cfg, mlp_hidden=4 * cfg.n_embd + round((mha - own) / (2 * cfg.n_embd * cfg.n_layer)))
 
 
 def kv_params(cfg):
@@ -122,7 +131,8 @@ def activation_bytes_per_token(cfg, checkpointing=False):
     With activation checkpointing each block keeps only its fp32 input (4·d), and one block at a
     time is recomputed (64·d)."""
     d = cfg.n_embd
-    blocks = cfg.n_layer * 4 * d + 64 * d if checkpointing else cfg.n_layer * 64 * d
+    block = 64 * d + 6 * (cfg.mlp_hidden - 4 * d)  # the MLP's three saved tensors are 6 bytes per unit of width
+    blocks = cfg.n_layer * 4 * d + block if checkpointing else cfg.n_layer * block
     return blocks + 16 * d
 
 
@@ -143,7 +153,7 @@ def memory_per_gpu(cfg, batch_size, world, fsdp, checkpointing=False):
     M, block = P - A, (P - A) // cfg.n_layer  # hidden matrices; one block's
     states = 4 * P + 4 * P + 4 * M + 8 * A
     if fsdp:
-        largest = max(4 * d * d, block // 8)  # the MLP's 4d x d matrix, or any larger one
+        largest = max(cfg.mlp_hidden * d, block // 8)  # an MLP matrix, or any larger one
         weights = states / world + 2 * (2 * block + 2 * V * d) + 4 * block + world * 8 * largest
     else:
         weights = states + 2 * P

@@ -29,6 +29,7 @@ class GPTConfig:
     mla_deepseek: bool = False  # MLA's widths: False d_n = d_h - d_r; True DeepSeek's d_n = d_h + kv_norm weight
     attn_scale: float = 1.0  # multiplies the softmax scale 1/√d_h of the QK-normed designs (all but MLA)
     rope_base: float = 10000.0
+    mlp_hidden: int = None  # the MLP's width; None = 4·n_embd (train.py --match_params sizes it to MHA's count)
 
     def __post_init__(self):
         # resolve defaults into concrete values, so a saved config says exactly what ran
@@ -71,6 +72,10 @@ class GPTConfig:
                     f"{'' if self.mla_deepseek else ' = d_n + d_r'})")
             if self.mla_q_rank < 0:
                 bad("mla_q_rank", "must be 0 (off) or a positive rank")
+        if self.mlp_hidden is None:
+            self.mlp_hidden = 4 * self.n_embd
+        if self.mlp_hidden < 1:
+            bad("mlp_hidden", "the MLP's width must be at least 1 (None: 4·n_embd)")
         if not self.attn_scale > 0:
             bad("attn_scale", "must be > 0: it multiplies the softmax scale 1/√d_h (1 = the paper's)")
 
@@ -133,8 +138,8 @@ class LinearCrossEntropy(torch.autograd.Function):
 class MLP(nn.Module):
     def __init__(self, cfg):
         super().__init__()
-        self.c_fc = nn.Linear(cfg.n_embd, 4 * cfg.n_embd, bias=False)
-        self.c_proj = nn.Linear(4 * cfg.n_embd, cfg.n_embd, bias=False)
+        self.c_fc = nn.Linear(cfg.n_embd, cfg.mlp_hidden, bias=False)
+        self.c_proj = nn.Linear(cfg.mlp_hidden, cfg.n_embd, bias=False)
 
     def forward(self, x):
         return self.c_proj(ReLU2.apply(self.c_fc(x)))

@@ -3,24 +3,31 @@ Redraw Figure 4 of "Low-Rank Key Value Attention" (arXiv 2601.11471) from traini
 test cross-entropy loss against training tokens (bottom axis) and cumulative training compute
 (top axis), one line per attention design, seeds averaged with a min-max band. Also prints a
 results table: each design's mean and standard deviation over seeds, its paired difference to MHA
-(same seed, so same data order), and the paper's metric, how much sooner it reaches MHA's final loss.
-With --pareto it draws a sweep instead: final test loss against KV-cache size, one point per
-setting (LRKV's r, GQA's K/V heads, MLA's d_c), one line per design family.
+(same seed, so same data order) with a paired t-test (95% interval, p), and the paper's metric,
+how much sooner it reaches MHA's final loss. A gap is called established only where its interval
+excludes zero. Two kinds of sweep draw something else:
+  --pareto  final test loss against KV-cache size, one point per setting (LRKV's r, GQA's K/V
+            heads, MLA's d_c), one line per design family, and the families paired at equal cache;
+  --lr      final test loss against the Muon learning rate per design, and the comparison at the
+            paper's rate beside each design at its own best rate.
 
 It reads only the <dir>/<run>/log.jsonl files that train.py writes; it never imports torch. The
-runs must be one experiment (the same shape, data, steps and batch; per design the same settings);
-it names any run that is not and stops, rather than average it in as a seed. It writes
+runs must be one experiment (the same shape, data, steps, batch and optimiser; per design the same
+settings); it names any run that is not and stops, rather than average it in as a seed. It writes
 figure_tokens.png/.pdf and results.md (figure_flops with --x=flops; figure_pareto and pareto.md
-with --pareto) into the folder of the runs.
+with --pareto; figure_lr and lr.md with --lr) into the folder of the first DIR.
 
 python plot.py out/reproduce                     # what reproduce.sh draws
 python plot.py out/reproduce --x=flops --paper --seeds
 python plot.py out/pareto --pareto               # what SWEEP=pareto bash reproduce.sh draws
+python plot.py out/lr --lr                       # what SWEEP=lr bash reproduce.sh draws
+python plot.py out/matched out/reproduce/cpu_mha_s*   # parameter-matched designs against the figure's MHA
 """
 import os
 import sys
 import json
 import glob
+import math
 import argparse
 from collections import Counter
 
@@ -41,9 +48,11 @@ PAPER_TOKENS = 50e9
 PAPER_SHAPE = {"n_layer": 24, "n_head": 12, "n_embd": 1536, "block_size": 8192}
 # one experiment: these match across all runs, and these across the runs (seeds) of a design
 SHAPE_KEYS = ["n_layer", "n_head", "n_embd", "block_size", "vocab_size", "attn_scale", "dataset", "tokenizer",
-              "max_iters", "total_batch_tokens"]
+              "max_iters", "total_batch_tokens", "optimizer", "matrix_lr", "embed_lr", "head_lr", "weight_decay",
+              "warmup_iters", "min_lr_frac"]
 DESIGN_KEYS = ["n_kv_head", "lrkv_rank", "lrkv_factored", "mla_kv_rank", "mla_rope_dim", "mla_q_rank",
-               "mla_deepseek"]
+               "mla_deepseek", "mlp_hidden"]
+PAPER_MATRIX_LR = 0.02  # muon.MATRIX_LR (a test keeps the two equal; plot.py never imports torch)
 TOKEN_UNITS = [(1e9, "Billions"), (1e6, "Millions"), (1e3, "Thousands")]
 FLOP_UNITS = [(1e18, "ExaFLOPs"), (1e15, "PetaFLOPs"), (1e12, "TeraFLOPs"), (1e9, "GigaFLOPs")]
 
@@ -110,6 +119,8 @@ def load_run(path):
         warn(f"{path}: skipped unreadable line(s) {', '.join(map(str, bad[:5]))}{more}")
     evals = [s for s in steps if isinstance(s.get("test_loss"), (int, float))]
     config = header.get("config") if isinstance(header.get("config"), dict) else {}
+    if "mlp_hidden" not in config and isinstance(config.get("n_embd"), int):
+        config["mlp_hidden"] = 4 * config["n_embd"]  # logged before the MLP's width was a field
     nan = float("nan")
     return {
         "path": path,
@@ -163,20 +174,80 @@ def reach(xs, losses, target):
     return float(x0 + (l0 - target) / (l0 - l1) * (x1 - x0))
 
 
+def betainc(a, b, x):
+    """The regularised incomplete beta function I_x(a, b), by its continued fraction (modified
+    Lentz), which converges fast for x < (a + 1) / (a + b + 2); above, I_x(a, b) = 1 - I_{1-x}(b, a)."""
+    if x <= 0 or x >= 1:
+        return float(x >= 1)
+    if x > (a + 1) / (a + b + 2):
+        return 1 - betainc(b, a, 1 - x)
+    front = math.exp(a * math.log(x) + b * math.log1p(-x) + math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)) / a
+    tiny = 1e-300
+    f, c, dd = tiny, tiny, 0.0
+    for i in range(1000):
+        m = i // 2
+        if i == 0:
+            num = 1.0
+        elif i % 2:  # the odd terms d_{2m+1}
+            num = -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))
+        else:  # the even terms d_{2m}
+            num = m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m))
+        dd = 1 + num * dd
+        dd = 1 / (dd if abs(dd) > tiny else tiny)
+        c = 1 + num / (c if abs(c) > tiny else tiny)
+        f *= c * dd
+        if abs(c * dd - 1) < 1e-15:
+            break
+    return front * f
+
+
+def t_p(t, df):
+    """Two-sided p-value of Student's t with df degrees of freedom: P(|T| >= |t|)."""
+    return betainc(df / 2, 0.5, df / (df + t * t))
+
+
+def t_quantile(q, df):
+    """The t with P(T <= t) = q, for q > 1/2, by bisection on t_p (monotone in t)."""
+    lo, hi = 0.0, 1.0
+    while t_p(hi, df) > 2 * (1 - q):
+        hi *= 2
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if t_p(mid, df) > 2 * (1 - q) else (lo, mid)
+    return (lo + hi) / 2
+
+
+def paired_t(d):
+    """A paired t-test of the differences d (one per seed): n, their mean and sd, the 95% interval
+    of the mean from the t distribution with n - 1 degrees of freedom, the two-sided p-value of
+    mean 0, and whether the gap is established (the interval excludes 0). Needs n >= 2."""
+    d = np.asarray(d, dtype=float)
+    n = len(d)
+    out = {"pairs": n, "diff": float(d.mean()) if n else None, "diff_sd": None, "lo": None, "hi": None,
+           "p": None, "established": None}
+    if n < 2:
+        return out
+    sd = float(d.std(ddof=1))
+    half = t_quantile(0.975, n - 1) * sd / math.sqrt(n)
+    t = out["diff"] / (sd / math.sqrt(n)) if sd > 0 else math.copysign(math.inf, out["diff"]) if out["diff"] else 0.0
+    return {**out, "diff_sd": sd, "lo": out["diff"] - half, "hi": out["diff"] + half,
+            "p": t_p(t, n - 1) if math.isfinite(t) else 0.0, "established": bool(out["diff"] - half > 0 or out["diff"] + half < 0)}
+
+
+def final_losses(group, step):
+    """{seed: test loss at step} of the runs that reached it."""
+    return {r["config"].get("seed"): float(r["loss"][r["step"] == step][0]) for r in group if step in r["step"]}
+
+
 def seed_stats(runs, base, step):
-    """Final test loss at `step` over seeds: mean, sd, and the paired difference to the base runs
-    (same seed): its mean, its sd, and whether the gap is established, |mean| > 2 sd of the
-    differences (needs two pairs or more). Runs that have not reached `step` are left out."""
-    def at(group):
-        return {r["config"].get("seed"): float(r["loss"][r["step"] == step][0]) for r in group if step in r["step"]}
-    own, ref = at(runs), at(base or [])
+    """Final test loss at `step` over seeds: mean and sd, and the paired t-test of the difference
+    to the base runs of the same seeds (paired_t). Runs that have not reached `step` are left out."""
+    own, ref = final_losses(runs, step), final_losses(base or [], step)
     x = np.array(list(own.values()))
-    d = np.array([own[k] - ref[k] for k in own if k in ref])
-    sd = lambda a: float(a.std(ddof=1)) if len(a) > 1 else None
-    paired = base is not None and base is not runs and len(d) > 0
-    return {"mean": float(x.mean()) if len(x) else None, "sd": sd(x), "pairs": len(d) if paired else 0,
-            "diff": float(d.mean()) if paired else None, "diff_sd": sd(d) if paired else None,
-            "real": bool(abs(d.mean()) > 2 * sd(d)) if paired and len(d) > 1 else None}
+    paired = base is not None and base is not runs
+    d = [own[k] - ref[k] for k in own if k in ref] if paired else []
+    return {"mean": float(x.mean()) if len(x) else None, "sd": float(x.std(ddof=1)) if len(x) > 1 else None,
+            **paired_t(d)}
 
 
 def cache(header):
@@ -227,10 +298,10 @@ def summarize(runs):
     return rows
 
 
-def odd_runs(runs, sweep=False):
+def odd_runs(runs, sweep=False, lr=False):
     """'name (how it differs)' for every run outside the experiment that most runs are: another
-    shape, data, length or batch than the largest group, or (unless a sweep of settings) other
-    settings than most of its design."""
+    shape, data, length, batch or optimiser setting than the largest group (but the Muon rate in a
+    learning-rate sweep), or (unless a sweep of settings) other settings than most of its design."""
     odd = set()  # ids: a run holds numpy arrays, so `in` on a list of runs would compare them
 
     def split(group, keys):
@@ -242,7 +313,7 @@ def odd_runs(runs, sweep=False):
                 yield r["name"] + " (" + ", ".join(f"{k}={v} not {c}" for k, v, c in zip(keys, key(r), common)
                                                    if v != c) + ")"
 
-    why = list(split(runs, SHAPE_KEYS))
+    why = list(split(runs, [k for k in SHAPE_KEYS if not (lr and k == "matrix_lr")]))
     for attn in DESIGNS if not sweep else []:
         group = [r for r in runs if r["attn"] == attn and id(r) not in odd]
         why += list(split(group, DESIGN_KEYS)) if group else []
@@ -261,9 +332,26 @@ def sweep(runs):
     rows = []
     for (attn, _), group in groups.items():
         rows.append({"attn": attn, "label": STYLE[attn][0], "setting": setting({**group[0]["config"], "attn": attn}),
-                     "n": sum(step in r["step"] for r in group), "step": step, **cache(group[0]["header"]),
-                     **seed_stats(group, base, step)})
+                     "n": sum(step in r["step"] for r in group), "step": step, "runs": group,
+                     **cache(group[0]["header"]), **seed_stats(group, base, step)})
     return sorted(rows, key=lambda r: (DESIGNS.index(r["attn"]), r["kv_pct"] or 0))
+
+
+def budget_pairs(rows):
+    """Settings of two design families at nearly equal cache, paired seed by seed: a pair is two
+    settings each of which is the other family's nearest in cache size (ties to the smaller cache),
+    so a setting meets at most one of each other family. Δ is the earlier family (legend order)
+    minus the later."""
+    fams = [[r for r in rows if r["attn"] == a and r["kv_pct"] is not None] for a in DESIGNS if a != "mha"]
+    nearest = lambda r, fam: min(fam, key=lambda o: (abs(o["kv_pct"] - r["kv_pct"]), o["kv_pct"]))
+    pairs = []
+    for i, fa in enumerate(fams):
+        for fb in fams[i + 1:]:
+            for a in fa:
+                b = nearest(a, fb) if fb else None
+                if b is not None and nearest(b, fa) is a:
+                    pairs.append({"a": a, "b": b, **seed_stats(a["runs"], b["runs"], a["step"])})
+    return pairs
 
 
 def draw_pareto(rows):
@@ -292,10 +380,92 @@ def draw_pareto(rows):
 
 
 def pareto_table(rows, markdown=False):
-    head = ["design", "setting", "KV % MHA", "KV B/tok", "seeds", "test loss", "sd", "Δ MHA", "sd Δ", "gap"]
+    head = ["design", "setting", "KV % MHA", "KV B/tok", "seeds", "test loss", "sd", *gap_head()]
     body = [[r["label"], r["setting"] or "-", fmt(r["kv_pct"], ".1%"), fmt(r["kv"], ".0f"), str(r["n"]),
              fmt(r["mean"], ".4f"), fmt(r["sd"], ".4f"), *gap(r)] for r in rows]
     return render(head, body, markdown)
+
+
+def pairs_table(pairs, markdown=False):
+    name = lambda r: f"{r['label']} {r['setting'] or ''}".strip()
+    head = ["pair", "KV % MHA", *gap_head("Δ")]
+    body = [[f"{name(q['a'])} - {name(q['b'])}", f"{fmt(q['a']['kv_pct'], '.1%')} vs {fmt(q['b']['kv_pct'], '.1%')}",
+             *gap(q)] for q in pairs]
+    return render(head, body, markdown)
+
+
+def lr_sweep(runs):
+    """A learning-rate sweep: per design and Muon rate (matrix_lr), the final test loss over the
+    seeds that every design has at every rate, so each mean is over the same seeds. Returns
+    (rows, summary): rows per design and rate, Δ paired against the design at the paper's rate;
+    summary per design, Δ MHA at the paper's rate beside Δ MHA's best at the design's own best
+    (the rate with the lowest mean)."""
+    step = max((r["step"][-1] for r in runs if len(r["step"])), default=None)
+    groups = {}
+    for r in runs:
+        groups.setdefault((r["attn"], r["config"].get("matrix_lr")), []).append(r)
+    seeds = set.intersection(*[set(final_losses(g, step)) for g in groups.values()]) if groups else set()
+    dropped = [r["name"] for g in groups.values() for r in g if r["config"].get("seed") not in seeds]
+    if dropped:
+        warn(f"left out {len(dropped)} run(s) whose seed not every design and rate has: {', '.join(sorted(dropped))}")
+    groups = {k: [r for r in g if r["config"].get("seed") in seeds] for k, g in groups.items()}
+    rows, summary = [], []
+    for attn in DESIGNS:
+        rates = sorted(lr for a, lr in groups if a == attn)
+        if not rates:
+            continue
+        paper = groups.get((attn, PAPER_MATRIX_LR))
+        for lr in rates:
+            rows.append({"attn": attn, "label": STYLE[attn][0], "lr": lr, "n": len(seeds), "step": step,
+                         **seed_stats(groups[(attn, lr)], paper, step)})
+        own = [r for r in rows if r["attn"] == attn]
+        best = min(own, key=lambda r: r["mean"] if r["mean"] is not None else math.inf)
+        summary.append({"attn": attn, "label": STYLE[attn][0], "best": best["lr"], "runs": groups[(attn, best["lr"])],
+                        "paper_runs": paper, "n": len(seeds)})
+    base = next((s for s in summary if s["attn"] == "mha"), None)
+    for s in summary:
+        at_paper = seed_stats(s["paper_runs"], base and base["paper_runs"], step) if s["paper_runs"] else {}
+        at_best = seed_stats(s["runs"], base and base["runs"], step)
+        s["paper"], s["own"] = at_paper, at_best
+    return rows, summary
+
+
+def draw_lr(rows, summary):
+    """Final test loss against the Muon rate, one line per design, sd error bars, each best ringed."""
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    for attn in DESIGNS:
+        pts = [r for r in rows if r["attn"] == attn and r["mean"] is not None]
+        if not pts:
+            continue
+        label, color, ls = STYLE[attn]
+        x = [r["lr"] for r in pts]
+        ax.errorbar(x, [r["mean"] for r in pts], yerr=[r["sd"] or 0 for r in pts], color=color, linestyle=ls,
+                    marker="o", capsize=3, label=label)
+        best = next(s["best"] for s in summary if s["attn"] == attn)
+        ax.scatter([best], [next(r["mean"] for r in pts if r["lr"] == best)], s=160, facecolors="none",
+                   edgecolors=color, linewidth=1.5, zorder=3)
+    ax.axvline(PAPER_MATRIX_LR, color="gray", linestyle=":", linewidth=1)
+    ax.set_xscale("log")
+    ax.set_xlabel("Muon learning rate (matrix_lr; dotted: the paper's)")
+    ax.set_ylabel("Final Test Cross-Entropy Loss (mean over seeds, ± sd)")
+    ax.set_title("Each design's learning rate")
+    ax.grid(alpha=0.3)
+    if ax.get_lines():
+        ax.legend(loc="upper right")
+    fig.tight_layout()
+    return fig, ax
+
+
+def lr_tables(rows, summary, markdown=False):
+    head = ["design", "matrix_lr", "x paper", "seeds", "test loss", "sd", *gap_head("Δ paper rate")]
+    body = [[r["label"], fmt(r["lr"], ".4g"), fmt(r["lr"] / PAPER_MATRIX_LR, ".3g"), str(r["n"]), fmt(r["mean"], ".4f"),
+             fmt(r["sd"], ".4f"), *gap(r)] for r in rows]
+    head2 = ["design", "seeds", "at the paper's rate: Δ MHA", "95% CI", "p", "own best rate (x paper)",
+             "at own best: Δ MHA at its best", "95% CI", "p"]
+    body2 = [[s["label"], str(s["n"]), *gap(s["paper"])[1:4],
+              f"{fmt(s['best'], '.4g')} (x{fmt(s['best'] / PAPER_MATRIX_LR, '.3g')})", *gap(s["own"])[1:4]]
+             for s in summary]
+    return render(head, body, markdown) + "\n\n" + render(head2, body2, markdown)
 
 
 def paper_config(runs):
@@ -403,16 +573,22 @@ def fmt(x, how):
     return format(x, how)
 
 
+def gap_head(delta="Δ MHA"):
+    return ["pairs", delta, "95% CI", "p", "established"]
+
+
 def gap(r):
-    """The paired-difference columns: Δ MHA, its sd, and whether the gap is established."""
-    if r["diff"] is None:
-        return ["-", "-", "-"]
-    return [fmt(r["diff"], "+.4f"), fmt(r["diff_sd"], ".4f"), {True: "real", False: "noise", None: "-"}[r["real"]]]
+    """The paired t-test's columns (paired_t): pairs, mean Δ, its 95% interval, p, established."""
+    if r.get("diff") is None:
+        return ["0", "-", "-", "-", "-"]
+    ci = f"[{r['lo']:+.4f}, {r['hi']:+.4f}]" if r["lo"] is not None else "-"
+    return [str(r["pairs"]), fmt(r["diff"], "+.4f"), ci, fmt(r["p"], ".2g"),
+            {True: "yes", False: "no", None: "-"}[r["established"]]]
 
 
 def table(rows, markdown=False):
     """The results table as aligned plain text, or as markdown."""
-    head = ["design", "seeds", "tokens", "test loss", "sd", "Δ MHA", "sd Δ", "gap", "KV B/tok", "KV % MHA",
+    head = ["design", "seeds", "tokens", "test loss", "sd", *gap_head(), "KV B/tok", "KV % MHA",
             "params", "FLOPs/tok", "6N/tok", "faster", "faster (compute)"]
     body = [[r["label"], str(r["n"]), fmt(r["tokens"], "count"), fmt(r["loss"], ".4f"), fmt(r["sd"], ".4f"),
              *gap(r), fmt(r["kv"], ".0f"), fmt(r["kv_pct"], ".1%"), fmt(r["params"], "count"),
@@ -440,6 +616,7 @@ def main(argv=None):
     p.add_argument("--seeds", action="store_true", help="also draw and list every seed's own run")
     p.add_argument("--xmin", type=float, default=0.1, help="start the view at this fraction of the x range")
     p.add_argument("--pareto", action="store_true", help="a sweep: final loss against KV-cache size per setting")
+    p.add_argument("--lr", action="store_true", help="a learning-rate sweep: final loss against the Muon rate")
     args = p.parse_args(argv)
 
     dirs = args.dirs
@@ -464,21 +641,38 @@ def main(argv=None):
     for msg in skipped:
         warn(f"skipping {msg}")
 
-    odd = odd_runs(runs, sweep=args.pareto)
+    if args.pareto and args.lr:
+        print("plot.py: --pareto and --lr are two kinds of sweep: pass one", file=sys.stderr)
+        return 2
+    odd = odd_runs(runs, sweep=args.pareto, lr=args.lr)
     if odd:
         print(f"plot.py: not one experiment, so not averaged: {'; '.join(odd)}; move these runs to a folder of "
-              f"their own and plot each folder{'' if args.pareto else '; a sweep of settings? add --pareto'}",
+              f"their own and plot each folder{'' if args.pareto or args.lr else '; a sweep? add --pareto or --lr'}",
               file=sys.stderr)
         return 2
-    rule = ("Δ MHA: the mean over seeds of (design - MHA) in final test loss, same seed; gap 'real' when "
-            "|Δ| > 2 sd of those differences, 'noise' when not, '-' with fewer than two pairs")
+    rule = ("Δ: the mean over the seeds both sides ran (pairs) of the difference in final test loss, seed by seed; "
+            "95% CI from the t distribution with pairs - 1 degrees of freedom; p: two-sided paired t-test; "
+            "established when the interval excludes 0 ('-' with fewer than two pairs). Of k comparisons with no "
+            "gap, about 0.05·k are established by chance")
     if args.pareto:
         rows = sweep(runs)
+        pairs = budget_pairs(rows)
         fig, ax = draw_pareto(rows)
-        text, md_table = pareto_table(rows), pareto_table(rows, markdown=True)
+        text = pareto_table(rows) + "\n\n" + pairs_table(pairs)
+        md_table = pareto_table(rows, markdown=True) + "\n\nAt nearly equal cache:\n\n" + pairs_table(pairs, markdown=True)
         notes = [f"final test loss at step {rows[0]['step']} of every setting (mean over the seeds that reached "
-                 f"it); KV cache per token as the run's header counts it", rule]
+                 f"it); KV cache per token as the run's header counts it", rule,
+                 "at nearly equal cache: two settings of two families, each the other family's nearest in cache size"]
         name, md_name = "figure_pareto", "pareto.md"
+    elif args.lr:
+        rows, summary = lr_sweep(runs)
+        fig, ax = draw_lr(rows, summary)
+        text, md_table = lr_tables(rows, summary), lr_tables(rows, summary, markdown=True)
+        notes = [f"final test loss at step {rows[0]['step']}, each design at each Muon rate (matrix_lr; the AdamW "
+                 f"rates as the runs set them), over the seeds every design has at every rate", rule,
+                 "Δ paper rate: the design at this rate minus itself at the paper's; own best: the rate of its lowest "
+                 "mean, chosen on the same seeds it is compared on (which flatters every design a little)"]
+        name, md_name = "figure_lr", "lr.md"
     else:
         rows = summarize(runs)
         paper = False

@@ -5,6 +5,9 @@
 #   bash reproduce.sh                  # seed 0 into out/reproduce/, figure in out/reproduce/figure_tokens.png
 #   SEEDS="0 1 2" bash reproduce.sh    # three seeds (seed 0 reused if done); plot.py reports mean, spread, paired gaps
 #   SWEEP=pareto bash reproduce.sh     # loss against KV-cache size: 11 settings x 3 seeds (about 75 minutes), 300 steps, into out/pareto/
+#   SWEEP=lr bash reproduce.sh         # each design at Muon rates x0.5 x0.7 x1 x1.4 x2 of the paper's, 3 seeds, into out/lr/
+#   LRS="0.5 2" SWEEP=lr bash reproduce.sh   # some of the rates (multiples of the paper's matrix_lr)
+#   OUT=out/matched DESIGNS="lrkv mla gqa mqa" bash reproduce.sh --match_params   # at MHA's parameter count
 #   OUT=out/mine bash reproduce.sh     # another folder (runs there are the reproduction's alone)
 #   DESIGNS="mha lrkv" JOBS=1 PYTHON=python bash reproduce.sh   # some designs, one at a time, an existing Python
 #   DRY=1 SWEEP=pareto bash reproduce.sh   # print the train.py commands, run nothing
@@ -34,6 +37,21 @@ if [ "${SWEEP:-}" = pareto ]; then
     done | sed "s/$/ --max_iters=300 --eval_interval=150/"
   }
   plot=--pareto
+elif [ "${SWEEP:-}" = lr ]; then
+  OUT=${OUT:-out/lr}
+  runs() {  # the figure's runs at several Muon rates; the AdamW rates stay the paper's
+    for s in ${SEEDS:-0 1 2}; do
+      for attn in ${DESIGNS:-mha lrkv mla gqa mqa}; do
+        for m in ${LRS:-0.5 0.7 1 1.4 2}; do
+          echo "${attn}_lr${m}_s$s --attn=$attn --matrix_lr=$(awk -v m="$m" 'BEGIN { print 0.02 * m }')"  # muon.MATRIX_LR
+        done
+      done
+    done
+  }
+  plot=--lr
+elif [ -n "${SWEEP:-}" ]; then
+  echo "reproduce.sh: SWEEP=${SWEEP} is not a sweep; use SWEEP=pareto, SWEEP=lr, or no SWEEP for the figure" >&2
+  exit 2
 else
   OUT=${OUT:-out/reproduce}
   runs() {

@@ -48,6 +48,8 @@ n_kv_head = lrkv_rank = mla_kv_rank = mla_rope_dim = mla_q_rank = None  # None =
 mla_deepseek = None  # MLA with DeepSeek's widths (d_n = d_h) and a learnable kv_norm weight
 lrkv_factored = None  # LRKV with RoPE on the shared key only, K_h = RoPE(K_s) + R B_hᵀ: exact absorbed decode
 attn_scale = None  # multiplier of the QK-normed designs' softmax scale 1/√d_h (cpu preset 2.0, paper presets 1.0)
+mlp_hidden = None  # the MLP's width; None = 4·n_embd
+match_params = False  # size the MLP so the model has standard MHA's parameter count (flops.match_params)
 # data
 data_dir = "data"  # prepared datasets live in data_dir/<dataset>_<tokenizer>/
 dataset = "shakespeare"  # shakespeare (embedded, prepared on first use), fineweb, or your own (prepare.py text)
@@ -123,6 +125,10 @@ try:
     model_config = model_preset(preset, **overrides)
 except ValueError as e:
     fail(str(e))
+if match_params:
+    if mlp_hidden is not None:
+        fail("--match_params chooses mlp_hidden itself: pass one of the two")
+    model_config = flops.match_params(model_config)
 if model_config.vocab_size < tok.vocab_size:
     fail(f"vocab_size={model_config.vocab_size} is smaller than the {tokenizer} tokenizer's {tok.vocab_size}")
 T = model_config.block_size

@@ -1,5 +1,6 @@
 """The five designs: shapes, causality, the equivalences the math promises, and exact accounting."""
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -14,7 +15,7 @@ DESIGNS = ["mha", "gqa", "mqa", "mla", "lrkv"]
 VARIANTS = [(a, {}) for a in DESIGNS] + [("mla", dict(mla_deepseek=True)),
                                          ("mla", dict(mla_deepseek=True, mla_q_rank=16)),
                                          ("mha", dict(attn_scale=2.5)), ("lrkv", dict(attn_scale=2.5)),
-                                         ("lrkv", dict(lrkv_factored=True))]
+                                         ("lrkv", dict(lrkv_factored=True)), ("gqa", dict(mlp_hidden=200))]
 
 
 def tiny(attn, **kw):
@@ -166,6 +167,27 @@ def test_parameter_counts_equal_formulas(attn, kw):
     expected = {"mha": 2 * H * d * d_h, "gqa": 2 * 2 * d * d_h, "mqa": 2 * d * d_h,
                 "lrkv": 2 * d * d_h + 2 * H * 6 * (d + d_h), "mla": mla}[attn]
     assert kv == L * expected
+
+
+@pytest.mark.parametrize("shape", ["tiny", "cpu", "512m-8k"])
+def test_match_params_gives_mhas_count_to_the_models_own(shape):
+    # every design and variant, its MLP sized by flops.match_params; the paper preset is built on
+    # the meta device (shapes only, no memory)
+    for attn, kw in VARIANTS:
+        kw = {k: v for k, v in kw.items() if k != "mlp_hidden"}
+        cfg = tiny(attn, **kw) if shape == "tiny" else preset(shape, attn=attn, **kw)
+        mha = flops.params(tiny("mha") if shape == "tiny" else preset(shape, attn="mha"))
+        matched = flops.match_params(cfg)
+        with torch.device("meta"):
+            model = GPT(matched)
+        count = sum(p.numel() for p in model.parameters())
+        assert count == flops.params(matched)
+        assert abs(count - mha) <= cfg.n_layer * cfg.n_embd and abs(count / mha - 1) < 0.005
+        assert model.h[0].mlp.c_fc.weight.shape == (matched.mlp_hidden, cfg.n_embd)
+        assert (matched.mlp_hidden > 4 * cfg.n_embd) == (flops.params(cfg) < mha)  # fewer K/V weights: wider MLP
+        assert replace(matched, mlp_hidden=None) == cfg  # the attention is left as it was
+    odd = tiny("mla", mla_deepseek=True, mla_kv_rank=25)  # kv_norm's 25 gains: no whole width closes the gap
+    assert 0 < abs(flops.params(flops.match_params(odd)) - flops.params(tiny("mha"))) <= odd.n_layer * odd.n_embd
 
 
 @pytest.mark.parametrize("attn, kw", VARIANTS)

@@ -2,6 +2,7 @@
 import os
 import sys
 import json
+import math
 
 import numpy as np
 import pytest
@@ -111,7 +112,7 @@ def test_summary_values_by_hand(runs_dir, capsys):
     assert rows["gqa"]["reach_tokens"] == pytest.approx(4 * M + 0.05 / 0.06 * M)
     assert rows["gqa"]["sd"] == pytest.approx(np.std([2.78, 2.80], ddof=1))
     assert rows["gqa"]["diff"] == pytest.approx(2.78 - 2.8)  # paired with MHA's seed 0 only: one pair
-    assert rows["gqa"]["pairs"] == 1 and rows["gqa"]["diff_sd"] is None and rows["gqa"]["real"] is None
+    assert rows["gqa"]["pairs"] == 1 and rows["gqa"]["diff_sd"] is None and rows["gqa"]["established"] is None
     assert rows["gqa"]["curve"]["lo"][3] == pytest.approx(2.95) and rows["gqa"]["curve"]["hi"][3] == pytest.approx(3.05)
     assert rows["mla"]["loss"] == pytest.approx(2.95) and rows["mla"]["reach_tokens"] is None
     assert rows["mqa"]["reach_tokens"] is None
@@ -172,8 +173,8 @@ def test_main_writes_files_and_prints_table(runs_dir, tmp_path, capsys):
     assert (out / "figure_tokens.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (out / "figure_tokens.pdf").read_bytes()[:5] == b"%PDF-"
     md = (out / "results.md").read_text()
-    assert "| LRKV | 1 | 5M | 2.7000 | - | -0.1000 |" in md and "| GQA | 2 | 5M | 2.7900 | 0.0141 |" in md
-    assert "gap 'real' when" in md and "figure_tokens.png" in stdout
+    assert "| LRKV | 1 | 5M | 2.7000 | - | 1 | -0.1000 | - | - | - |" in md and "| GQA | 2 | 5M | 2.7900 | 0.0141 |" in md
+    assert "established when the interval excludes 0" in md and "figure_tokens.png" in stdout
     # without --out, beside the logs; --x=flops leaves the token figure alone
     before = (out / "figure_tokens.png").read_bytes()
     assert plot.main([str(runs_dir)]) == 0 and plot.main([str(runs_dir), "--x=flops"]) == 0
@@ -209,12 +210,54 @@ def test_no_eval_run_listed_not_drawn(tmp_path, capsys):
     fig, ax, _ = plot.draw(rows)
     assert [l.get_label() for l in ax.get_lines()] == ["Standard MHA"]
     gqa = [l for l in plot.table(rows).splitlines() if l.startswith("GQA")][0].split()
-    assert gqa[1] == "1" and gqa[2:8] == ["-"] * 6 and gqa[-2:] == ["-", "-"]
+    assert gqa[1] == "1" and gqa[2:5] == ["-"] * 3 and gqa[5] == "0" and gqa[6:10] == ["-"] * 4
+    assert gqa[-2:] == ["-", "-"]
+
+
+def t_tail_by_integration(t, df):
+    # P(|T| >= t) from Student's density, summed numerically: a check independent of plot.betainc
+    x = np.linspace(abs(t), abs(t) + 4000, 4_000_001)
+    c = np.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(df * math.pi)
+    y = c * (1 + x * x / df) ** (-(df + 1) / 2)
+    return 2 * float(((y[1:] + y[:-1]) / 2 * np.diff(x)).sum())
+
+
+def test_t_distribution_known_values():
+    # closed forms: df 1 is Cauchy's, P(|T| >= t) = 1 - 2 atan(t) / pi; df 2's is 1 - t / sqrt(2 + t^2)
+    for t in [0.3, 1.0, 2.0, 12.706]:
+        assert plot.t_p(t, 1) == pytest.approx(1 - 2 * math.atan(t) / math.pi, rel=1e-9)
+        assert plot.t_p(t, 2) == pytest.approx(1 - t / math.sqrt(2 + t * t), rel=1e-9)
+    # the printed tables' 97.5% and 99.5% points
+    for df, t975, t995 in [(1, 12.7062, 63.6567), (2, 4.3027, 9.9248), (4, 2.7764, 4.6041), (9, 2.2622, 3.2498),
+                           (30, 2.0423, 2.7500)]:
+        assert plot.t_quantile(0.975, df) == pytest.approx(t975, abs=1e-4)
+        assert plot.t_quantile(0.995, df) == pytest.approx(t995, abs=1e-4)
+        assert plot.t_p(t975, df) == pytest.approx(0.05, rel=1e-3) and plot.t_p(t995, df) == pytest.approx(0.01, rel=1e-3)
+    for t, df in [(0.5, 3), (2.5, 5), (6.0, 9), (1.7, 40)]:
+        assert plot.t_p(t, df) == pytest.approx(t_tail_by_integration(t, df), rel=1e-5)
+    assert plot.t_p(0.0, 4) == 1.0
+
+
+def test_paired_t_on_known_data():
+    # n = 2: d = 0.06, 0.04, mean 0.05, sd 0.02/sqrt(2), t = 5 on 1 df. The old rule (|mean| > 2 sd)
+    # called this gap real; its 95% interval is 0.05 ± 12.706 x 0.01 and includes 0
+    r = plot.paired_t([0.06, 0.04])
+    assert r["pairs"] == 2 and r["diff"] == pytest.approx(0.05) and r["diff_sd"] == pytest.approx(0.02 / math.sqrt(2))
+    assert r["lo"] == pytest.approx(0.05 - 0.127062, abs=1e-5) and r["hi"] == pytest.approx(0.05 + 0.127062, abs=1e-5)
+    assert r["p"] == pytest.approx(1 - 2 * math.atan(5) / math.pi) and r["established"] is False
+    # n = 10: five 0.01s and five 0.03s, mean 0.02, sd sqrt(10/9) x 0.01, t = 6 on 9 df
+    r = plot.paired_t([0.01] * 5 + [0.03] * 5)
+    half = 2.262157 * math.sqrt(10 / 9) * 0.01 / math.sqrt(10)
+    assert r["lo"] == pytest.approx(0.02 - half, abs=1e-7) and r["hi"] == pytest.approx(0.02 + half, abs=1e-7)
+    assert r["p"] == pytest.approx(t_tail_by_integration(6.0, 9), rel=1e-5) and r["p"] < 0.001 and r["established"]
+    # the sign does not matter; one pair has no interval
+    assert plot.paired_t([-0.01] * 5 + [-0.03] * 5)["established"] and plot.paired_t([-0.01] * 5 + [-0.03] * 5)["hi"] < 0
+    assert plot.paired_t([0.3])["lo"] is None and plot.paired_t([0.3])["established"] is None
 
 
 def test_paired_statistics_by_hand():
-    # three seeds; LRKV is 0.03-0.05 below MHA on every seed (a real gap), MQA is above on two seeds
-    # and below on one (noise), though its mean alone looks as big
+    # three seeds; LRKV is 0.03-0.05 below MHA on every seed (established), MQA is above on two seeds
+    # and below on one (not), though its mean alone looks as big
     final = {"mha": [2.80, 2.90, 2.85], "lrkv": [2.76, 2.85, 2.82], "mqa": [2.90, 2.95, 2.75]}
     runs = []
     for attn, losses in final.items():
@@ -227,12 +270,16 @@ def test_paired_statistics_by_hand():
     assert rows["lrkv"]["mean"] == pytest.approx(np.mean(final["lrkv"])) == pytest.approx(rows["lrkv"]["loss"])
     assert rows["lrkv"]["sd"] == pytest.approx(np.std(final["lrkv"], ddof=1))
     assert rows["lrkv"]["diff"] == pytest.approx(-0.04) and rows["lrkv"]["diff_sd"] == pytest.approx(0.01)
-    assert rows["lrkv"]["pairs"] == 3 and rows["lrkv"]["real"] is True  # 0.04 > 2 x 0.01
     assert rows["lrkv"]["diff_sd"] == pytest.approx(d.std(ddof=1))
-    assert rows["mqa"]["diff"] == pytest.approx(0.05 / 3) and rows["mqa"]["real"] is False  # sd 0.1
-    assert rows["mha"]["diff"] is None and rows["mha"]["real"] is None
+    # t = -0.04 / (0.01 / sqrt 3) on 2 df; the interval -0.04 ± 4.3027 x 0.01 / sqrt 3
+    t = 0.04 / (0.01 / math.sqrt(3))
+    assert rows["lrkv"]["p"] == pytest.approx(1 - t / math.sqrt(2 + t * t))
+    assert rows["lrkv"]["hi"] == pytest.approx(-0.04 + 4.302653 * 0.01 / math.sqrt(3), abs=1e-6)
+    assert rows["lrkv"]["pairs"] == 3 and rows["lrkv"]["established"] is True
+    assert rows["mqa"]["diff"] == pytest.approx(0.05 / 3) and rows["mqa"]["established"] is False
+    assert rows["mha"]["diff"] is None and rows["mha"]["established"] is None
     line = [l for l in plot.table(list(rows.values())).splitlines() if l.startswith("LRKV")][0]
-    assert "-0.0400" in line and "0.0100" in line and " real " in line
+    assert "-0.0400" in line and "[-0.0648, -0.0152]" in line and " 0.02 " in line and " yes " in line
 
 
 def sweep_dir(tmp_path):
@@ -265,15 +312,21 @@ def test_pareto_sweep_points_and_files(tmp_path, capsys):
     assert [r["kv_pct"] for r in rows] == pytest.approx([1.0, 40 / 128, 64 / 128, 0.25, 0.5])
     r8 = rows[2]
     assert r8["mean"] == pytest.approx(2.805) and r8["n"] == 2 and r8["diff"] == pytest.approx(-0.005)
-    assert r8["diff_sd"] == pytest.approx(np.std([-0.02, 0.01], ddof=1)) and r8["real"] is False  # -0.02, +0.01
-    assert rows[4]["diff"] == pytest.approx(0.05) and rows[4]["real"] is True  # +0.06, +0.04
+    assert r8["diff_sd"] == pytest.approx(np.std([-0.02, 0.01], ddof=1)) and r8["established"] is False  # -0.02, +0.01
+    assert rows[4]["diff"] == pytest.approx(0.05) and rows[4]["established"] is False  # +0.06, +0.04: 1 df
+    # at nearly equal cache: LRKV r=2 (31%) with MQA (25%), r=8 with GQA kv=2 (50% each)
+    pairs = plot.budget_pairs(rows)
+    assert [(q["a"]["setting"], q["b"]["setting"]) for q in pairs] == [("r=2", "kv=1"), ("r=8", "kv=2")]
+    assert pairs[0]["diff"] == pytest.approx(-0.055) and pairs[0]["p"] == pytest.approx(1 - 2 * math.atan(11) / math.pi)
     fig, ax = plot.draw_pareto(rows)
     lines = {c.get_label(): c.lines[0] for c in ax.containers}  # errorbar: data line, caps, bars
     assert sorted(lines) == ["GQA", "LRKV", "Standard MHA"]
     assert lines["LRKV"].get_xdata().tolist() == pytest.approx([100 * 40 / 128, 50.0])
     assert lines["GQA"].get_ydata().tolist() == pytest.approx([2.97, 2.86])
     md = (d / "pareto.md").read_text()
-    assert "| LRKV | r=8 | 50.0% |" in md and "| GQA | kv=2 | 50.0% |" in md and "| +0.0500 | 0.0141 | real |" in md
+    assert "| LRKV | r=8 | 50.0% |" in md and "| GQA | kv=2 | 50.0% |" in md
+    assert "| 2 | +0.0500 | [-0.0771, +0.1771] | 0.13 | no |" in md
+    assert "| LRKV r=2 - GQA kv=1 | 31.2% vs 25.0% | 2 | -0.0550 | [-0.1185, +0.0085] | 0.058 | no |" in md
 
 
 def test_paper_overlay_only_for_the_figures_config(runs_dir, tmp_path, capsys):
@@ -332,3 +385,42 @@ def test_cli_exit_code_and_no_torch(tmp_path):
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "Traceback" not in p.stderr
     code = "import sys, plot; assert not {'torch', 'model', 'attention'} & set(sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], cwd=root).returncode == 0
+
+
+def test_lr_sweep_each_design_at_its_own_best_rate(tmp_path, capsys):
+    # two designs at three Muon rates, three seeds; MHA is best at the paper's 0.02, LRKV at 0.01
+    final = {("mha", 0.01): [2.90, 2.92, 2.91], ("mha", 0.02): [2.80, 2.82, 2.81], ("mha", 0.04): [2.85, 2.86, 2.84],
+             ("lrkv", 0.01): [2.78, 2.81, 2.79], ("lrkv", 0.02): [2.83, 2.84, 2.85], ("lrkv", 0.04): [2.95, 2.96, 2.94]}
+    d = tmp_path / "lr"
+    for (attn, lr), losses in final.items():
+        for seed, last in enumerate(losses):
+            h = header(attn, f"{attn}_lr{lr}_s{seed}", seed=seed)
+            h["config"]["matrix_lr"] = lr
+            write(d / h["run"], [h] + step_lines(attn, [4.0, 3.0, last]))
+    h = header("mha", "mha_lr0.02_s3", seed=3)  # a fourth seed at one rate only: left out, said so
+    h["config"]["matrix_lr"] = 0.02
+    write(d / h["run"], [h] + step_lines("mha", [4.0, 3.0, 2.5]))
+    assert plot.main([str(d)]) == 2 and "matrix_lr=0.01 not 0.02" in capsys.readouterr().err  # not one experiment
+    assert plot.main([str(d), "--lr", "--pareto"]) == 2
+    assert plot.main([str(d), "--lr"]) == 0
+    out = capsys.readouterr()
+    assert "left out 1 run(s)" in out.err and "mha_lr0.02_s3" in out.err
+    assert {"figure_lr.png", "figure_lr.pdf", "lr.md"} <= set(os.listdir(d))
+    rows, summary = plot.lr_sweep([plot.load_run(p) for p in plot.find_runs([str(d)])])
+    assert [(r["attn"], r["lr"]) for r in rows] == [(a, lr) for a in ("mha", "lrkv") for lr in (0.01, 0.02, 0.04)]
+    lrkv01 = rows[3]
+    assert lrkv01["mean"] == pytest.approx(np.mean([2.78, 2.81, 2.79])) and lrkv01["n"] == 3
+    assert lrkv01["diff"] == pytest.approx(np.mean([-0.05, -0.03, -0.06]))  # against LRKV at 0.02, seed by seed
+    assert rows[1]["diff"] is None  # MHA at the paper's rate is its own reference
+    s = {x["attn"]: x for x in summary}
+    assert s["mha"]["best"] == 0.02 and s["lrkv"]["best"] == 0.01
+    assert s["lrkv"]["paper"]["diff"] == pytest.approx(0.03)  # 2.83-2.80, 2.84-2.82, 2.85-2.81
+    own = plot.paired_t([-0.02, -0.01, -0.02])
+    assert s["lrkv"]["own"]["diff"] == pytest.approx(own["diff"]) and s["lrkv"]["own"]["p"] == pytest.approx(own["p"])
+    assert s["lrkv"]["paper"]["established"] is True and s["lrkv"]["own"]["established"] is True  # the sign flips
+    md = (d / "lr.md").read_text()
+    assert "| LRKV | 0.01 | 0.5 | 3 |" in md and "0.01 (x0.5)" in md
+    fig, ax = plot.draw_lr(rows, summary)
+    lines = {c.get_label(): c.lines[0] for c in ax.containers}
+    assert sorted(lines) == ["LRKV", "Standard MHA"] and ax.get_xscale() == "log"
+    assert lines["LRKV"].get_xdata().tolist() == [0.01, 0.02, 0.04]

@@ -13,6 +13,10 @@ import sys
 import pytest
 import torch
 
+import flops
+import muon
+from model import preset
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FAULT = os.path.join(ROOT, "tests", "fault.py")  # runs train.py and kills it where NANOKV_FAULT says
 TINY = ["--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=32", "--batch_size=4",
@@ -83,6 +87,15 @@ def test_tiny_run_writes_log_and_checkpoint(tmp_path, attn):
     assert sorted(curve(steps, "test_loss")) == [0, 2, 4] and "test_bpb" in steps[-1]
     ckpt = torch.load(tmp_path / "r" / "ckpt.pt", weights_only=False)
     assert ckpt["step"] == 4 and ckpt["model_config"]["attn"] == attn
+
+
+def test_match_params_trains_at_mhas_parameter_count(tmp_path):
+    train(tmp_path, "--attn=mqa", "--match_params", "--max_iters=1", "--eval_interval=1", "--run_name=m")
+    header, _ = read_log(tmp_path / "m" / "log.jsonl")
+    shape = dict(n_layer=2, n_head=2, n_embd=32, block_size=32)  # TINY's
+    mha = flops.params(preset("cpu", attn="mha", **shape))
+    assert header["params"] == mha and header["config"]["mlp_hidden"] > 4 * 32  # MQA's fewer K/V weights, a wider MLP
+    assert torch.load(tmp_path / "m" / "ckpt.pt", weights_only=False)["model_config"]["mlp_hidden"] == header["config"]["mlp_hidden"]
 
 
 def test_training_lowers_test_loss(tmp_path):
@@ -270,7 +283,7 @@ def test_bad_input_gives_one_line_errors(tmp_path):
              (["--run_name=none", "--resume"], ["drop --resume"]),
              # --device=cpu is accepted: test_resume_restores_the_rng_state trains with it
              (["--device=gpu"], ["--device='gpu'", "cuda:N"]), (["--compile=maybe"], ["True, False or auto"]),
-             (["--dtype=fp8"], ["fp16"])] + [(["--device=cuda:1"], ["no CUDA GPU"])] * (not torch.cuda.is_available())
+             (["--dtype=fp8"], ["fp16"]), (["--match_params", "--mlp_hidden=100"], ["--match_params", "mlp_hidden"])] + [(["--device=cuda:1"], ["no CUDA GPU"])] * (not torch.cuda.is_available())
     for args, words in cases:
         p = refused(tmp_path, *args)
         assert p.returncode == 2, p.stderr  # bad input: the same status in every script
@@ -353,3 +366,25 @@ def test_pareto_sweep_lists_every_setting_and_seed():
     assert "--attn=lrkv --lrkv_rank=13 --max_iters=300 --eval_interval=150 --seed=2" in cmds[6 + 22]
     assert "--attn=mla --mla_kv_rank=128 --max_iters=300 --eval_interval=150 --seed=1" in cmds[10 + 11]
 
+
+
+def test_lr_sweep_lists_every_design_rate_and_seed():
+    env = {**os.environ, "SWEEP": "lr", "DRY": "1"}
+    p = subprocess.run(["bash", os.path.join(ROOT, "reproduce.sh")], env=env, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    cmds = p.stdout.splitlines()
+    assert len(cmds) == 5 * 5 * 3 and all("--out_dir=out/lr" in c for c in cmds)
+    rates = {c.split("--run_name=")[1].split()[0]: float(c.split("--matrix_lr=")[1].split()[0]) for c in cmds}
+    assert rates["mha_lr1_s0"] == muon.MATRIX_LR and rates["mqa_lr2_s2"] == pytest.approx(2 * muon.MATRIX_LR)
+    assert rates["lrkv_lr0.7_s1"] == pytest.approx(0.7 * muon.MATRIX_LR) and "--seed=1" in cmds[25 + 5 + 1]
+    assert "--embed_lr" not in p.stdout and "--head_lr" not in p.stdout  # the AdamW rates are left as they are
+    p = subprocess.run(["bash", os.path.join(ROOT, "reproduce.sh")], env={**env, "LRS": "0.5 2", "SEEDS": "4",
+                                                                        "DESIGNS": "mla"}, capture_output=True, text=True)
+    assert [c.split("--run_name=")[1].split()[0] for c in p.stdout.splitlines()] == ["mla_lr0.5_s4", "mla_lr2_s4"]
+    p = subprocess.run(["bash", os.path.join(ROOT, "reproduce.sh")], env={**env, "SWEEP": "lrs"}, capture_output=True, text=True)
+    assert p.returncode == 2 and "SWEEP=lr" in p.stderr
+
+
+def test_plot_knows_the_papers_muon_rate():
+    import plot
+    assert plot.PAPER_MATRIX_LR == muon.MATRIX_LR
