@@ -4,11 +4,16 @@ What a trained checkpoint does: its test loss, its samples, the diversity of its
     python eval.py out/cpu_lrkv_s0/ckpt.pt                  # test loss and bits per byte on the held-out split
     python eval.py out/cpu_lrkv_s0/ckpt.pt --sample="ROMEO:" --max_new_tokens=200 --seed=1
     python eval.py out/cpu_lrkv_s0/ckpt.pt --heads          # head diversity (paper §4.3, Table 3)
+    python eval.py out/cpu_lrkv_s0/ckpt.pt --tasks=arc_easy,hellaswag --limit=100   # lm-evaluation-harness
+    python eval.py out/cpu_lrkv_s0/ckpt.pt --export=out/cpu_lrkv_s0/export   # safetensors + config.json
 
-A checkpoint is a ckpt.pt or, from --fsdp, a ckpt_STEP/ folder (checkpoint.py). What the designs
-cost at a shape, with random weights (cache bytes, decode speed), is bench.py's job.
+A checkpoint is a ckpt.pt or, from --fsdp, a ckpt_STEP/ folder (checkpoint.py), or a folder that
+--export wrote (GPT.from_pretrained loads it too). --tasks needs pip install lm_eval (harness.py),
+--export pip install safetensors. What the designs cost at a shape, with random weights (cache
+bytes, decode speed), is bench.py's job.
 """
 import argparse
+import json
 import math
 import os
 import sys
@@ -119,7 +124,7 @@ def main(argv=None):
     from tokenizer import get_tokenizer
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.error = lambda msg: fail(f"{msg}; see --help")  # one line, as every bad input
-    p.add_argument("checkpoint", help="a ckpt.pt written by train.py, or a ckpt_STEP/ folder (--fsdp)")
+    p.add_argument("checkpoint", help="a ckpt.pt written by train.py, a ckpt_STEP/ folder (--fsdp) or an --export folder")
     p.add_argument("--eval_tokens", type=int, default=None, help="default: the run's own")
     p.add_argument("--batch_size", type=int, default=8)
     p.add_argument("--device", default="auto", help="auto: cuda if available, else cpu")
@@ -130,6 +135,11 @@ def main(argv=None):
     p.add_argument("--top_k", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--heads", action="store_true", help="head diversity of the checkpoint's attention")
+    p.add_argument("--tasks", help="lm-evaluation-harness tasks, comma-separated, e.g. arc_easy,hellaswag")
+    p.add_argument("--limit", type=float, default=None, help="--tasks: at most this many items per task (<1: a fraction)")
+    p.add_argument("--num_fewshot", type=int, default=None, help="--tasks: examples in each prompt (default: the task's)")
+    p.add_argument("--include_path", help="--tasks: a folder of your own task YAML files")
+    p.add_argument("--export", metavar="DIR", help="write the weights as DIR/model.safetensors and DIR/config.json")
     moved = [a for a in (argv if argv is not None else sys.argv[1:]) if a.split("=")[0] in MOVED]
     if moved:
         fail(f"{moved[0].split('=')[0]} moved to bench.py: {MOVED[moved[0].split('=')[0]]}")
@@ -137,8 +147,21 @@ def main(argv=None):
     device = resolve_device(args.device)
     amp = autocast(device, resolve_dtype(args.dtype, device))
     model, meta = load_model(args.checkpoint, device)
+    if "train_config" not in meta:
+        fail(f"{args.checkpoint} does not say how it was trained (its tokenizer): export it with eval.py --export")
     tc, cfg = meta["train_config"], model.cfg
     tok = get_tokenizer(tc["tokenizer"])
+
+    if args.export:
+        try:  # the run's step and training config ride in the safetensors header
+            model.save_pretrained(args.export, {"nanokv": json.dumps({"step": meta["step"], "train_config": tc})})
+        except ImportError:
+            fail("--export writes safetensors: pip install safetensors")
+        print(f"wrote {os.path.join(args.export, 'model.safetensors')} and config.json; "
+              f"load it with model.GPT.from_pretrained({args.export!r}) or pass the folder to eval.py")
+
+    if args.tasks:
+        run_tasks(model, tok, amp, args)
 
     if args.sample is not None:
         ids = tok.encode(args.sample) or [tok.eot]  # an empty prompt starts a new document
@@ -163,7 +186,7 @@ def main(argv=None):
         mean = lambda k: sum(r[k] for r in rows) / len(rows)  # noqa: E731
         print(f"{'mean':>5} {mean('uncentred'):8.1f}% {mean('centred'):7.1f}% {mean('mean_sim'):15.3f}")
 
-    if args.sample is None and not args.heads:  # the default: test loss
+    if args.sample is None and not (args.heads or args.tasks or args.export):  # the default: test loss
         try:
             val = load_split(os.path.join(tc["data_dir"], f"{tc['dataset']}_{tc['tokenizer']}"), "val")
         except FileNotFoundError as e:
@@ -172,6 +195,29 @@ def main(argv=None):
             loss, bpb = evaluate(model, val, cfg.block_size, args.batch_size, args.eval_tokens or tc["eval_tokens"],
                                  tok.token_bytes(), device)
         print(f"{args.checkpoint}: step {meta['step']}, {cfg.attn}: test loss {loss:.4f}, {bpb:.4f} bits/byte")
+
+
+def run_tasks(model, tok, amp, args):
+    """The harness's own evaluation of the tasks, and its results table."""
+    try:
+        import lm_eval
+        from lm_eval.tasks import TaskManager
+        from lm_eval.utils import make_table
+        from harness import NanoKV
+    except ImportError:
+        fail("--tasks runs lm-evaluation-harness, an optional extra: pip install lm_eval")
+    tasks = args.tasks.split(",")
+    manager = TaskManager(include_path=args.include_path, include_defaults=False) if args.include_path else None
+    if manager is None or not set(tasks) <= set(manager.all_tasks):  # the harness's own ~15K: seconds to index
+        manager = TaskManager(include_path=args.include_path)
+    unknown = [t for t in tasks if t not in manager.all_tasks]
+    if unknown:
+        fail(f"no harness task {unknown[0]!r}; `lm_eval ls tasks` lists them, --include_path adds your own")
+    limit = int(args.limit) if args.limit and args.limit >= 1 else args.limit
+    results = lm_eval.simple_evaluate(model=NanoKV(model, tok, amp, args.batch_size), tasks=tasks, limit=limit,
+                                      num_fewshot=args.num_fewshot, task_manager=manager)
+    print(make_table(results))
+    return results
 
 
 # flags of earlier versions, now bench.py's: one line says where they went

@@ -2,8 +2,10 @@
 A small GPT in the paper's (nanochat-style) base: RoPE, QK-norm, parameter-free RMSNorm,
 ReLU² MLP, untied embedding and head, no biases. The attention is chosen by cfg.attn.
 """
+import json
 import math
-from dataclasses import dataclass
+import os
+from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn as nn
@@ -261,6 +263,25 @@ class GPT(nn.Module):
                 nxt = torch.multinomial(probs, 1, generator=generator).to(device)  # (B, 1)
             idx = torch.cat([idx, nxt], dim=1)
         return idx
+
+    def save_pretrained(self, path, metadata=None):
+        """Write path/config.json (this GPTConfig) and path/model.safetensors (the weights, in their
+        dtype), the layout other projects load; metadata: strings kept in the safetensors header."""
+        from safetensors.torch import save_file  # an optional extra: pip install safetensors
+        os.makedirs(path, exist_ok=True)
+        with open(os.path.join(path, "config.json"), "w") as f:
+            json.dump(asdict(self.cfg), f, indent=1)
+        save_file({k: v.contiguous() for k, v in self.state_dict().items()}, os.path.join(path, "model.safetensors"),
+                  metadata=metadata)
+
+    @classmethod
+    def from_pretrained(cls, path, device="cpu"):
+        """The model save_pretrained wrote to path, in eval mode on device."""
+        from safetensors.torch import load_file
+        with open(os.path.join(path, "config.json")) as f:
+            model = cls(GPTConfig(**json.load(f)))
+        model.load_state_dict(load_file(os.path.join(path, "model.safetensors"), device=str(device)))
+        return model.to(device).eval()
 
     def decoder(self, compile):
         # the module itself, or its compiled decode step (cached: compiling costs seconds to minutes);

@@ -28,6 +28,7 @@ import checkpoint as ckpt
 import configurator
 import flops
 import muon
+import track
 from common import autocast, device_memory, device_name, fail, resolve_device, resolve_dtype
 from eval import evaluate
 from model import GPT, GPTConfig, preset as model_preset
@@ -77,6 +78,8 @@ eval_interval = 50  # steps between test-loss evaluations (and the last step)
 log_interval = 10  # steps between log lines (and eval steps)
 ckpt_interval = None  # steps between checkpoints (None: eval_interval; 0: off); one is always written at the end
 ckpt_minutes = 0.0  # also a checkpoint when this many minutes passed since the last one (0: off)
+tracker = "none"  # none, trackio or wandb: also send the config and every log line there (track.py)
+tracker_project = "nanokv"  # the tracker's project; the tracked run is named run_name
 # system
 device = "auto"  # auto: cuda:LOCAL_RANK if available, else cpu; or cpu, cuda, cuda:N, mps
 compile = "auto"  # auto: on for cuda
@@ -89,6 +92,7 @@ config_keys = configurator.configure(__file__, globals(), sys.argv[1:], __doc__)
 max_iters = max_iters or -(-train_tokens // total_batch_tokens)
 run_name = run_name or f"{preset}_{attn}_s{seed}"
 run_dir = os.path.join(out_dir, run_name)
+track.check(tracker)  # a missing package is said now, before anything is written
 train_config = {k: globals()[k] for k in config_keys}  # as the checkpoint and the log's header save it
 
 # distributed (torchrun sets RANK): NCCL on GPUs, gloo on the CPU
@@ -256,6 +260,8 @@ if master:
         config={**train_config, **asdict(model_config), "run": run_name}, **flops.accounting(model_config),
         tokens_per_step=total_batch_tokens, world_size=world, git=git, device=f"{world}x {hardware}",
         torch=torch.__version__, dtype=dtype, time=time.strftime("%Y-%m-%d %H:%M:%S")))
+tracked = track.start(tracker, tracker_project, run_name, run_dir, {**train_config, **asdict(model_config)},
+                      resume) if master else None
 log(f"{run_name}: {model_config.attn}, {flops.params(model_config) / 1e6:.2f}M params, "
     f"{flops_per_token / 1e6:.2f} MFLOP/token, {total_batch_tokens} tokens/step ({world} rank(s) x {grad_accum} "
     f"micro-steps x {batch_size}x{T}), {max_iters} steps on {hardware}")
@@ -298,6 +304,7 @@ while True:  # `step` optimiser steps are done
         log(f"step {step}: test loss {record['test_loss']:.4f}, {record['test_bpb']:.4f} bits/byte")
     if master and (evaluating or step % log_interval == 0) and step > last_logged:
         ckpt.append_log(log_path, record)
+        track.log(tracked, record)
     if saving:
         rng = dict(torch=torch.get_rng_state(), cuda=torch.cuda.get_rng_state(device) if cuda else None)
         meta = dict(scaler=scaler.state_dict(), model_config=asdict(model_config), train_config=train_config, rng=rng)
@@ -341,6 +348,8 @@ while True:  # `step` optimiser steps are done
     model.zero_grad(set_to_none=True)
     step += 1
 
+if tracked is not None:
+    tracked.finish()
 if ddp:  # release what holds the process group (DDP's reducer) while the interpreter is whole, then the group
     del train_model
     dist.destroy_process_group()
