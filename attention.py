@@ -74,13 +74,15 @@ def attend(q, k, v, scale=None, mask=None):
     Hkv = k.size(1)
     if mask is None:  # training, or a prefill: causal, and the fused kernels take GQA
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=Hkv != H)
-    # after a cache, mask (Tq, Tk) says which slots each new token sees. The G = H/Hkv query heads
-    # of a group read one K/V head, so fold them into the query length, (B, Hkv, G·Tq, D): plain
-    # attention, which every fused kernel takes (memory-efficient has no GQA, flash no fp32)
+    # after a cache, mask (Tq, Tk) says which slots each new token sees: two matmuls, as LRKV's
+    # decode. On a GPU a fused attention kernel gives batch-1 decode one thread block per K/V head
+    # (one for MQA and MLA), each reading the whole cache alone; a matmul spreads over the cache.
+    # The G = H/Hkv query heads of a group read one K/V head: fold them into the query length.
     G = H // Hkv
     q = q.reshape(B, Hkv, G * Tq, D)
-    y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.repeat(G, 1), scale=scale)  # (B, Hkv, G·Tq, Dv)
-    return y.view(B, H, Tq, -1)
+    att = (q @ k.transpose(-2, -1)) * (scale if scale is not None else 1 / math.sqrt(D))  # (B, Hkv, G·Tq, Tk)
+    att = att.masked_fill(~mask.repeat(G, 1), float("-inf")).softmax(dim=-1)
+    return (att @ v).view(B, H, Tq, -1)  # (B, H, Tq, Dv)
 
 
 class KVCache:
@@ -210,10 +212,8 @@ class MLA(nn.Module):
         W_uv = self.W_uv.weight.view(H, d_v, d_c)  # (H, d_v, d_c)
         q_c = torch.einsum("bthn,hnc->bthc", q_nope, W_uk)  # (B, T, H, d_c)
         q = torch.cat([q_c, q_pe], dim=-1).transpose(1, 2)  # (B, H, T, d_c + d_r)
-        kv = c["ckv_pe"].unsqueeze(1)  # (B, 1, max_len, d_c + d_r)
-        # the value is c_kv; passing the whole key keeps q, k, v one width and costs d_r extra
-        # output columns, dropped here
-        y = attend(q, kv, kv, self.scale, mask)[..., :d_c]  # (B, H, T, d_c): attention-weighted latents
+        kv = c["ckv_pe"].unsqueeze(1)  # (B, 1, max_len, d_c + d_r): the key; its first d_c, c_kv, the value
+        y = attend(q, kv, kv[..., :d_c], self.scale, mask)  # (B, H, T, d_c): attention-weighted latents
         y = torch.einsum("bhtc,hvc->bthv", y, W_uv)  # (B, T, H, d_v)
         return self.c_proj(y.reshape(B, T, H * d_v))
 

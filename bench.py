@@ -27,7 +27,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import flops
-from common import DESIGNS, autocast, device_name, fail, resolve_device, resolve_dtype, setting, torch_dtype
+from common import DESIGNS, autocast, device_name, fail, native_bf16, resolve_device, resolve_dtype, setting, torch_dtype
 from model import GPT, GPTConfig, LinearCrossEntropy, PRESETS, preset
 from muon import EMBED_LR, DistMuon, Muon, heads, newton_schulz_dtype, ns_flops, optimizers
 
@@ -112,7 +112,7 @@ def bench_train(args, cfg, device, dtype):
     a round; the median over rounds, ratios to MHA and to the reference, the optimiser's share, and
     the memory of a step (CUDA: its peak; elsewhere the activations saved for backward, each storage once)."""
     from prepare import load_split, prepare, windows
-    amp, ns_dtype = autocast(device, dtype), newton_schulz_dtype(args.muon_dtype, device.startswith("cuda"))
+    amp, ns_dtype = autocast(device, dtype), newton_schulz_dtype(args.muon_dtype, native_bf16(device))
     timed = timer(device)
     names = DESIGNS + ["gpt2"]
     models = {}

@@ -40,14 +40,25 @@ def resolve_device(device="auto", local_rank=0):
     return device
 
 
-def resolve_dtype(dtype, device):
-    # auto: bf16 on GPUs that have it; V100s and T4s fp16, whose small range needs a loss scaler; fp32 on the CPU
+def native_bf16(device):
+    """Whether device computes in bf16 natively: CUDA GPUs from Ampere on. torch's plain
+    is_bf16_supported() also says yes where bf16 is emulated (V100, T4), slowly; an older torch
+    without its including_emulation argument is asked for the compute capability instead."""
     import torch
+    if not device.startswith("cuda"):
+        return False
+    try:
+        return torch.cuda.is_bf16_supported(including_emulation=False)
+    except TypeError:
+        return torch.cuda.get_device_capability(device)[0] >= 8
+
+
+def resolve_dtype(dtype, device):
+    # auto: bf16 on GPUs that have it natively; V100s and T4s fp16, whose small range needs a loss scaler; fp32 on the CPU
     if dtype not in ("auto", "fp32", "bf16", "fp16"):
         fail(f"--dtype={dtype!r} is unknown; use auto, fp32, bf16 or fp16")
     if dtype == "auto":
-        cuda = device.startswith("cuda")
-        return ("bf16" if torch.cuda.is_bf16_supported() else "fp16") if cuda else "fp32"
+        return ("bf16" if native_bf16(device) else "fp16") if device.startswith("cuda") else "fp32"
     return dtype
 
 

@@ -82,7 +82,7 @@ def decode_flops_per_token(cfg, T):
     2 × every weight multiplied (absorbed MLA and LRKV's decode multiply the same weights, in
     another order), plus each design's attention over the cache as its decode step computes it:
         mha, gqa, mqa  scores and values                                    4·H·d_h·T
-        mla            absorbed: in the latent space, the whole key as value  4·H·(d_c + d_r)·T
+        mla            absorbed: in the latent space, scores 2·H·(d_c + d_r)·T, values 2·H·d_c·T
         lrkv           shared scores and values 4·H·d_h·T, B_hᵀ RoPE_s⁻¹ q at every position
                        2·H·r·d_h·T, its dot with R_h^K and the value latents 4·H·r·T
         lrkv factored  4·H·(d_h + r)·T, and q B_h once: 2·H·d_h·r
@@ -90,7 +90,7 @@ def decode_flops_per_token(cfg, T):
     H, d_h = cfg.n_head, cfg.head_dim
     matmul_weights = params(cfg) - cfg.vocab_size * cfg.n_embd - cfg.n_layer * norm_params_per_layer(cfg)
     if cfg.attn == "mla":
-        attn = 4 * H * (cfg.mla_kv_rank + cfg.mla_rope_dim)
+        attn = 2 * H * (cfg.mla_kv_rank + cfg.mla_rope_dim) + 2 * H * cfg.mla_kv_rank
     elif cfg.attn == "lrkv" and cfg.lrkv_factored:
         attn = 4 * H * (d_h + cfg.lrkv_rank)
         matmul_weights += cfg.n_layer * H * d_h * cfg.lrkv_rank  # B_k twice: the new key's norm, and q B_h
@@ -142,10 +142,11 @@ def memory_per_gpu(cfg, batch_size, world, fsdp, checkpointing=False):
     gradient_as_bucket_view), Muon's momentum 4M (M: the hidden matrices), AdamW's two states 8A
     (A: embedding, head, gains), and the bf16 copies of the weights that autocast makes and the
     matmuls keep for backward, 2P. FSDP2: the first four divided by the world size; no autocast
-    copies, but bf16 gathers of two blocks (the one computing and the one prefetched) and of the
-    embedding and head (the root's weights stay gathered), one block's fp32 gradient before its
-    reduce-scatter, and Muon's whole matrices in flight (two chunks of `world` bf16 updates and a
-    gathered fp32 gradient: under 8 bytes x world x the largest matrix).
+    copies, but bf16 gathers of two blocks (the one computing and the one prefetched), fp32 gathers
+    of the embedding and head (the root's weights stay gathered and fp32, as under DDP), one
+    block's fp32 gradient before its reduce-scatter (every micro-step's is reduce-scattered, so no
+    whole gradient waits for the last), and Muon's whole matrices in flight (two chunks of `world`
+    bf16 updates and a gathered fp32 gradient: under 8 bytes x world x the largest matrix).
     Plus activations, batch_size · block_size · activation_bytes_per_token, and the loss head's
     chunk of logits (bf16, fp32 and their gradient, 12 bytes each) and its weight gradient dW."""
     P, d, V = params(cfg), cfg.n_embd, cfg.vocab_size
@@ -154,7 +155,7 @@ def memory_per_gpu(cfg, batch_size, world, fsdp, checkpointing=False):
     states = 4 * P + 4 * P + 4 * M + 8 * A
     if fsdp:
         largest = max(cfg.mlp_hidden * d, block // 8)  # an MLP matrix, or any larger one
-        weights = states / world + 2 * (2 * block + 2 * V * d) + 4 * block + world * 8 * largest
+        weights = states / world + 2 * 2 * block + 4 * 2 * V * d + 4 * block + world * 8 * largest
     else:
         weights = states + 2 * P
     tokens = batch_size * cfg.block_size

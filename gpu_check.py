@@ -24,7 +24,7 @@ import torch
 
 import flops
 from bench import decode_bench
-from common import DESIGNS, autocast as amp, device_name
+from common import DESIGNS, autocast as amp, device_name, native_bf16
 from model import GPT, preset
 from muon import newton_schulz_dtype, optimizers
 
@@ -44,7 +44,7 @@ else:
     shape, name, batch, steps, contexts, backend = {}, "128m", 8, 10, (2048, 8192), "inductor"
     torch.backends.cuda.matmul.allow_tf32 = True
 autocast = amp(device, "fp32" if dry else "bf16")
-ns_dtype = newton_schulz_dtype("auto", gpu=not dry)
+ns_dtype = newton_schulz_dtype("auto", gpu=not dry and native_bf16("cuda"))
 hardware = device_name(device)
 peak = None if dry else flops.peak_flops(hardware)
 torch._dynamo.config.cache_size_limit = 64  # a model per design: each compiles once

@@ -126,8 +126,9 @@ class LinearCrossEntropy(torch.autograd.Function):
             logp = (xc @ Wc.t()).float().log_softmax(dim=-1)  # (rows, V)
             loss -= (logp.gather(1, t) * k).sum()
             d = logp.exp_().scatter_add_(1, t, logp.new_full(t.shape, -1.0)).mul_(k / n)  # (softmax - onehot) / n
+            d = d.to(Wc.dtype)  # the products in the weights' dtype, as autocast would make them (a bf16 model has no autocast)
             dx[i:i + rows] = d @ Wc  # (rows, C)
-            dW += d.t() @ xc  # (V, C)
+            dW += d.t() @ xc.to(Wc.dtype)  # (V, C)
         ctx.save_for_backward(dx, dW.to(W.dtype))
         return loss / n
 
@@ -188,12 +189,13 @@ class GPT(nn.Module):
         elif isinstance(m, LRKV):  # children (W_s) are initialised first, so the 0.1 ratio is to W_s
             m.init_residuals()
 
-    def forward(self, idx, targets=None, caches=None, pos=None):
+    def forward(self, idx, targets=None, caches=None, pos=None, last=False):
         """idx (B, T) -> logits (B, T, V) and the loss if targets (training, with gradients: the loss
         alone, logits None, see LinearCrossEntropy). With caches (one KVCache per
         layer) the tokens follow the caches[0].n already cached, and n advances; with pos, a (T,)
         tensor of positions, they are written there and n is left alone: the decode step that
-        torch.compile turns into one graph for every position."""
+        torch.compile turns into one graph for every position. last: the logits of the last
+        position only, (B, 1, V), all that generating needs (the head is the widest matmul)."""
         B, T = idx.size()
         if caches and pos is None:
             t0 = caches[0].n
@@ -210,7 +212,7 @@ class GPT(nn.Module):
         x = norm(x)
         if targets is not None and torch.is_grad_enabled():  # training: the loss alone, its logits never whole
             return None, LinearCrossEntropy.apply(x.flatten(0, 1), self.lm_head.weight, targets.reshape(-1))
-        logits = self.lm_head(x).float()  # (B, T, V)
+        logits = self.lm_head(x[:, -1:] if last else x).float()  # (B, T, V)
         if targets is None:
             return logits, None
         return logits, F.cross_entropy(logits.flatten(0, 1), targets.reshape(-1), ignore_index=-1)
@@ -243,13 +245,14 @@ class GPT(nn.Module):
         # the last sampled token is never fed back, so the cache needs one slot less than the output
         caches = self.new_caches(T + max_new_tokens - 1) if use_cache and max_new_tokens > 1 else None
         step = self.decoder(device.type == "cuda" if compile is None else compile)
+        pos = torch.full((1,), T - 1, device=device)  # advanced on the device: no host copy, no wait, per token
         for i in range(max_new_tokens):
             if caches is None:
-                logits = self(idx)[0][:, -1]  # (B, V), float32
+                logits = self(idx, last=True)[0][:, -1]  # (B, V), float32
             elif i == 0:
-                logits = self(idx, caches=caches)[0][:, -1]  # the prefill, eager (its shape varies)
+                logits = self(idx, caches=caches, last=True)[0][:, -1]  # the prefill, eager (its shape varies)
             else:
-                logits = step(nxt, caches=caches, pos=torch.tensor([T + i - 1], device=device))[0][:, -1]
+                logits = step(nxt, caches=caches, pos=pos.add_(1))[0][:, -1]
             if temperature == 0:
                 nxt = logits.argmax(dim=-1, keepdim=True)  # (B, 1)
             else:

@@ -143,7 +143,7 @@ class DistMuon(Muon):
 
 
 def newton_schulz_dtype(choice, gpu):
-    # --muon_dtype: auto is bf16 on GPUs (the paper's) and fp32 on CPUs
+    # --muon_dtype: auto is bf16 on GPUs with native bf16 (the paper's; gpu says so) and fp32 elsewhere
     if choice not in ("auto", "bf16", "fp32"):
         raise ValueError(f"--muon_dtype={choice!r} is unknown; use auto, bf16 or fp32")
     return torch.bfloat16 if choice == "bf16" or (choice == "auto" and gpu) else torch.float32

@@ -29,7 +29,7 @@ import configurator
 import flops
 import muon
 import track
-from common import autocast, device_memory, device_name, fail, resolve_device, resolve_dtype
+from common import autocast, device_memory, device_name, fail, native_bf16, resolve_device, resolve_dtype
 from eval import evaluate
 from model import GPT, GPTConfig, preset as model_preset
 from prepare import load_split, prepare, windows
@@ -180,17 +180,22 @@ if activation_checkpointing:  # each block keeps only its input; backward recomp
         block.forward = functools.partial(checkpoint, block.forward, use_reentrant=False)
 if fsdp:  # each block, then the rest, as DTensors sharded on dim 0; gathered whole for each block's compute
     heads = {n: p.heads for n, p in model.named_parameters() if hasattr(p, "heads")}
-    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if dtype == "bf16" else MixedPrecisionPolicy()
+    # bf16 as DDP's autocast computes it: a block's weights gathered in bf16 (autocast would cast
+    # them so for its matmuls), its fp32 input left alone; the embedding and head stay fp32, so
+    # the residual stream is fp32 as under DDP; gradients reduced in fp32
+    bf16 = dtype == "bf16"
+    block_mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if bf16 else None, reduce_dtype=torch.float32,
+                                    cast_forward_inputs=False)
     for block in model.h:
-        fully_shard(block, mp_policy=mp)
-    fully_shard(model, mp_policy=mp)
+        fully_shard(block, mp_policy=block_mp)
+    fully_shard(model, mp_policy=MixedPrecisionPolicy(reduce_dtype=torch.float32))
     for n, p in model.named_parameters():  # fully_shard made new Parameters: Muon's per-head blocks again
         if n in heads:
             p.heads = heads[n]
 
 # optimizer: the paper's Muon + AdamW, or AdamW for everything
 try:
-    ns_dtype = muon.newton_schulz_dtype(muon_dtype, cuda)
+    ns_dtype = muon.newton_schulz_dtype(muon_dtype, native_bf16(device))
 except ValueError as e:
     fail(str(e))
 if optimizer == "muon":
@@ -242,7 +247,7 @@ if ddp:  # every rank must agree on which steps evaluate
 train_model = torch.compile(model) if compile else model
 if ddp and not fsdp:  # the gradients live in DDP's buckets; buffers are never synced (the RoPE tables are fixed)
     train_model = DDP(train_model, device_ids=[local_rank] if cuda else None, gradient_as_bucket_view=True,
-                      forward_sync_buffers=False)
+                      broadcast_buffers=False)
 
 # the log's header: the run's whole configuration, its accounting and where it ran
 hardware = device_name(device)
@@ -319,7 +324,8 @@ while True:  # `step` optimiser steps are done
     if last:
         break
 
-    # one optimiser step: grad_accum micro-steps on this rank, gradients reduced in the last one
+    # one optimiser step: grad_accum micro-steps on this rank; DDP reduces the gradients in the last
+    # one, FSDP2 reduce-scatters every micro-step's (as torchtitan), so no rank holds them whole
     if step == start or logging or saving:
         t_window, window_start = time.time(), step
     for opt, lrs in zip(optims, base_lrs):
@@ -327,9 +333,7 @@ while True:  # `step` optimiser steps are done
             group["lr"] = lr * lr_frac(step)
     loss_sum = torch.zeros((), device=device)
     for i, (x, y) in enumerate(get_batch(step)):
-        if fsdp:
-            model.set_requires_gradient_sync(i == grad_accum - 1)
-        elif ddp:
+        if ddp and not fsdp:
             train_model.require_backward_grad_sync = i == grad_accum - 1
         with amp:
             _, loss = train_model(x, y)

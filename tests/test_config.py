@@ -22,3 +22,24 @@ def test_config_preset_is_runnable_as_documented(path):
     assert cfg["total_batch_tokens"] % (cfg["batch_size"] * T * world) == 0, (path, world)
     if cfg["dataset"] == "fineweb":
         assert cfg["tokenizer"] == "gpt2" and cfg["total_batch_tokens"] == 32768  # SPEC §4
+
+
+@pytest.mark.parametrize("native, capability, want", [(True, (9, 0), "bf16"), (False, (7, 0), "fp16"),
+                                                      (None, (8, 0), "bf16"), (None, (7, 5), "fp16")])
+def test_auto_dtype_is_fp16_where_bf16_is_only_emulated(monkeypatch, native, capability, want):
+    # a V100 or T4: torch's is_bf16_supported() says yes (emulation) unless told not to count it;
+    # native None: a torch without that argument, so the compute capability decides
+    import torch
+    import common
+    import muon
+
+    def supported(including_emulation=True):
+        if native is None and not including_emulation:
+            raise TypeError("unexpected keyword argument 'including_emulation'")
+        return True if including_emulation else native
+
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", supported)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    assert common.resolve_dtype("auto", "cuda:0") == want and common.resolve_dtype("auto", "cpu") == "fp32"
+    ns = muon.newton_schulz_dtype("auto", common.native_bf16("cuda:0"))
+    assert ns == (torch.bfloat16 if want == "bf16" else torch.float32)

@@ -61,6 +61,8 @@ def test_greedy_with_cache_equals_without(attn):
     # and greedy is the argmax of the full forward at every step
     logits, _ = model(full[:, :-1])
     assert torch.equal(logits[:, 4:].argmax(-1), full[:, 5:])
+    # generate's head: the last row alone (another matmul shape: last-digit differences only)
+    torch.testing.assert_close(model(full[:, :-1], last=True)[0], logits[:, -1:], rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("attn", ["mha", "lrkv"])
