@@ -18,7 +18,7 @@ import math
 
 import torch
 import torch.distributed as dist
-from torch.distributed.tensor import DTensor, Replicate
+from torch.distributed.tensor import DTensor
 
 # the paper's optimiser: Muon's lr for hidden matrices, AdamW's for the embedding and the head
 MATRIX_LR, EMBED_LR, HEAD_LR, WEIGHT_DECAY, BETAS = 0.02, 0.2, 0.004, 0.1, (0.9, 0.95)
@@ -91,8 +91,9 @@ class Muon(torch.optim.Optimizer):
 class DistMuon(Muon):
     """Muon's step shared across the ranks of torch.distributed: each matrix has one owner rank,
     which orthogonalises it exactly as Muon would and broadcasts the update, so the step is
-    bit-identical to Muon's on one process. Under FSDP2 a parameter is a DTensor shard: its
-    gradient's momentum is gathered whole first, and each rank applies its own shard of the update.
+    bit-identical to Muon's on one process. Under FSDP2 a parameter is a DTensor sharded on dim 0:
+    one all_to_all sends each rank's shards of the momentum to the matrices' owners only, and
+    another sends each rank its shard of every update, so no rank gathers a matrix it does not own.
 
     The plan: matrices largest first, those of one shape (and group) together, dealt out n to a
     rank (as many as fit in BATCH numbers) and orthogonalised as one batch, a chunk of n·world at
@@ -119,7 +120,13 @@ class DistMuon(Muon):
             for c in range(0, len(run), n * world):
                 chunk = run[c:c + n * world]
                 gs = [self.momentum(p, group) for p, _ in chunk]  # every rank: the momentum of its shard
-                gs = [g.full_tensor() if isinstance(g, DTensor) else g for g in gs]  # whole matrices
+                if isinstance(gs[0], DTensor):  # FSDP2: to the owners, orthogonalised, back as shards
+                    mine = self.to_owners(gs, n, rank, world)
+                    mine = self.orthogonalise(mine, H, group) if len(mine) else mine.to(self.ns_dtype)  # owning none
+                    shards, work = self.from_owner(mine, len(chunk), n, rank, world)
+                    self.apply(*pending)
+                    pending = chunk, shards, [work]
+                    continue
                 updates = []  # slice k, (m, rows, cols) with m <= n, is rank k's to orthogonalise
                 for k in range(0, len(chunk), n):
                     if k // n == rank:
@@ -132,13 +139,45 @@ class DistMuon(Muon):
                 pending = chunk, [u_i for u in updates for u_i in u], works
         self.apply(*pending)
 
+    @staticmethod
+    def counts(rows, world, m, n):
+        # the rows of each rank's dim-0 shard (torch.chunk's split, as FSDP2's: some may be 0), and
+        # how many of a chunk's m matrices each rank owns (n each, in order)
+        size = -(-rows // world)
+        return [max(0, min(size, rows - k * size)) for k in range(world)], [max(0, min(n, m - k * n)) for k in range(world)]
+
+    def to_owners(self, gs, n, rank, world):
+        """The momenta of a chunk of same-shape DTensor matrices, gs[j] owned by rank j // n: each
+        rank sends its shard of each to its owner, zero-padded to one size -> this rank's matrices
+        whole, (m, rows, cols)."""
+        rows, cols = gs[0].shape
+        part, owned = self.counts(rows, world, len(gs), n)
+        send = gs[0].to_local().new_zeros(len(gs), part[0], cols)  # (m, size, cols)
+        for j, g in enumerate(gs):
+            send[j, :part[rank]] = g.to_local()
+        recv = send.new_empty(world * owned[rank], part[0], cols)  # (world · mine, size, cols)
+        dist.all_to_all_single(recv, send, [owned[rank]] * world, owned)
+        recv = recv.view(world, owned[rank], part[0], cols)
+        return torch.cat([recv[k, :, :part[k]] for k in range(world)], dim=1)  # (mine, rows, cols)
+
+    def from_owner(self, mine, m, n, rank, world):
+        """The owner's updates (mine, rows, cols) cut into every rank's shard, and this rank's shard
+        of each of the chunk's m updates -> (their list, the all_to_all's work, in flight)."""
+        _, rows, cols = mine.shape
+        part, owned = self.counts(rows, world, m, n)
+        send = mine.new_zeros(world, len(mine), part[0], cols)  # (world, mine, size, cols)
+        for k, start in enumerate(range(0, rows, part[0])):
+            send[k, :, :part[k]] = mine[:, start:start + part[k]]
+        recv = mine.new_empty(m, part[0], cols)
+        work = dist.all_to_all_single(recv, send.view(-1, part[0], cols), owned, [len(mine)] * world, async_op=True)
+        return [u[:part[rank]] for u in recv], work
+
     def apply(self, chunk=(), updates=(), works=()):
         for w in works:
             w.wait()
         for (p, group), u in zip(chunk, updates):
-            if isinstance(p, DTensor):  # this rank's shard of the whole update: a local slice, no traffic
-                u = DTensor.from_local(u, p.device_mesh, [Replicate()], run_check=False).redistribute(
-                    p.device_mesh, p.placements)
+            if isinstance(p, DTensor):  # this rank's shard of the update, as a DTensor of p's layout
+                u = DTensor.from_local(u, p.device_mesh, p.placements, run_check=False, shape=p.shape, stride=p.stride())
             self.update(p, group, u)
 
 

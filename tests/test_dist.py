@@ -11,8 +11,9 @@ sys.path.insert(0, ROOT)
 
 from muon import DistMuon, Muon  # noqa: E402
 
-# batches of one shape: 2 split 1 + 1 over the ranks, 3 split 2 + 1; the last: 4 head blocks of (6, 6)
-SHAPES = [(64, 32), (32, 96), (48, 48), (64, 32), (48, 48), (48, 48), (8, 8), (24, 6)]
+# batches of one shape: 2 split 1 + 1 over the ranks, 3 split 2 + 1; (7, 5) and (1, 4) shard
+# unevenly under FSDP2 (4 + 3 rows, 1 + 0); the last: 4 head blocks of (6, 6)
+SHAPES = [(64, 32), (32, 96), (48, 48), (64, 32), (48, 48), (48, 48), (8, 8), (7, 5), (1, 4), (24, 6)]
 
 
 def make(seed=0):
@@ -34,7 +35,7 @@ def steps(ps, opt, n=3, grads=None):
 def worker():
     import torch.distributed as dist
     from torch.distributed.fsdp import fully_shard
-    from torch.distributed.tensor import distribute_tensor
+    from torch.distributed.tensor import DTensor, distribute_tensor
     dist.init_process_group("gloo")
     for dtype in (torch.float32, torch.bfloat16):
         # Muon on this process vs DistMuon shared across the two ranks
@@ -55,9 +56,13 @@ def worker():
         sharded = list(model.ps)
         sharded[-1].heads = 4  # fully_shard makes new Parameters: the attribute must be set again
         opt_f = DistMuon(sharded, ns_dtype=dtype)
+        whole = DTensor.full_tensor  # no rank gathers a matrix whole: its shards go to its owner alone
+        DTensor.full_tensor = lambda self: (_ for _ in ()).throw(AssertionError("DistMuon gathered a matrix"))
         steps(sharded, opt_f, grads=lambda p, full: distribute_tensor(full, p.device_mesh, p.placements))
+        DTensor.full_tensor = whole
         for a, f in zip(alone, sharded):
-            assert f.to_local().numel() < a.numel() and torch.equal(a, f.full_tensor()), "FSDP2 Muon differs"
+            rows = [len(c) for c in torch.arange(len(a)).chunk(2)] + [0]  # this rank's shard: torch.chunk's
+            assert len(f.to_local()) == rows[dist.get_rank()] and torch.equal(a, f.full_tensor()), "FSDP2 Muon differs"
     print(f"rank {dist.get_rank()} ok")
     dist.destroy_process_group()
 
