@@ -204,14 +204,17 @@ def kv_table(cfg, T, batch=1, dtype=torch.float32, device="cpu"):
     return rows
 
 
+DECODERS = {"eager": False, "compiled": True, "graphs": "reduce-overhead"}  # mode -> GPT.decoder's argument
+
+
 @torch.no_grad()
 def decode_bench(cfg, contexts, steps=30, device="cpu", dtype=torch.float32, batch=1, warmup=5,
                  no_cache=False, modes=("eager",)):
     """Decode speed of every design at cfg's shape. A step at context N feeds token N after a
     prefill of N-1, so it attends over N positions; every step writes that token into the same
     slot, so every timed step sees exactly N. Each repetition runs every design and mode once, in
-    a rotating order; the median step is reported. modes: "eager" and/or "compiled" (GPT.decoder;
-    the warm-up steps pay for compiling). Returns {(design, N, mode): dict(ms=per step, tok_s=,
+    a rotating order; the median step is reported. modes: "eager", "compiled" and/or "graphs"
+    (GPT.decoder: compiled, and "reduce-overhead", a CUDA graph; the warm-up steps pay for compiling). Returns {(design, N, mode): dict(ms=per step, tok_s=,
     vs_mha=tok/s over MHA's in that mode, mflop=forward FLOPs per token[, ms_no_cache=])}."""
     for N in contexts:
         check_context(N, cfg)
@@ -231,7 +234,7 @@ def decode_bench(cfg, contexts, steps=30, device="cpu", dtype=torch.float32, bat
             t_step, t_full = {k: [] for k in names}, {k: [] for k in names}
             for i in range(warmup + steps):
                 for a, mode in names[i % len(names):] + names[:i % len(names)]:
-                    decoder = models[a].decoder(mode == "compiled")
+                    decoder = models[a].decoder(DECODERS[mode])
                     dt = timed(lambda: decoder(tok, caches=caches[a], pos=pos))  # the same slot every step
                     dt_full = timed(lambda: models[a](idx)) if no_cache else 0.0  # a token without a cache
                     if i >= warmup:
@@ -358,7 +361,7 @@ def main(argv=None):
     p.add_argument("--data_dir", default="data", help="train: where the embedded corpus is (prepared if not)")
     p.add_argument("--contexts", default=None, help="decode: e.g. 64,256,1024 (default block_size/4,/2,/1)")
     p.add_argument("--steps", type=int, default=30, help="decode: timed steps per design and context")
-    p.add_argument("--modes", default="eager,compiled", help="decode: eager and/or compiled, side by side")
+    p.add_argument("--modes", default="eager,compiled", help="decode: eager, compiled and/or graphs (CUDA graphs), side by side")
     p.add_argument("--threads", type=int, default=None, help="decode: CPU threads (default torch's)")
     p.add_argument("--no_cache", action="store_true", help="decode: add the cost of a token without a cache")
     p.add_argument("--context", type=int, default=None, help="kv: tokens prefilled (default block_size)")
@@ -375,8 +378,8 @@ def main(argv=None):
             check_context(T, cfg)
     except ValueError as e:
         fail(f"{e}")
-    if set(args.modes.split(",")) - {"eager", "compiled"}:
-        fail(f"--modes={args.modes}: use eager, compiled or eager,compiled")
+    if set(args.modes.split(",")) - set(DECODERS):
+        fail(f"--modes={args.modes}: use some of {', '.join(DECODERS)}, comma-separated")
     if args.what == "train":
         bench_train(args, cfg, device, dtype)
     elif args.what == "decode":

@@ -1,20 +1,26 @@
 """
-One command that checks nanoKV on a GPU and prints a Markdown table for the README.
+One command that checks nanoKV on a GPU and writes a Markdown table for docs/.
 
-    python gpu_check.py          # the 128M preset, bf16, compiled, on cuda (aimed at < 8 minutes on an H100/H200)
+    python gpu_check.py          # the 128M preset, bf16, compiled, on cuda: at most --budget=540 s
     python gpu_check.py --dry    # the same steps on the CPU at tiny shapes, to check the script (< ~1 minute)
 
-Per design: training tokens/s and MFU (compiled, Muon + AdamW as train.py), peak memory against
-flops.memory_per_gpu's estimate, which SDPA kernel ran in training and in decoding (from the
-profiler's op names), the loss of the compiled model against eager, each cache's dtype and bytes per
-token after a prefill against flops.py's formula, and decode tokens/s at 2K and 8K context
-(bench.decode_bench: eager, each step written over the same slot, so it sees exactly that context). Then a tiny
-train.py run on this GPU is killed after a checkpoint and resumed; its losses must equal an
-uninterrupted run's.
+It writes out/gpu_check/results.md line by line as it measures (and each design's row to
+results.jsonl), so a check cut off part-way keeps what it had. Each phase has its own time limit
+within --budget; one that runs out is stopped and said so, and the next starts.
+First the GPU, torch, CUDA and cuDNN versions and SDPA's kernel order. Then per design: training
+tokens/s and MFU (compiled, Muon + AdamW as train.py; MFU counts attention with no causal
+discount, flops.py's convention), peak memory against flops.memory_per_gpu's estimate, which SDPA
+kernel ran in training and in decoding (from the profiler's op names), the loss of the compiled
+model against eager, the compile time, each cache's dtype and bytes per token after a prefill
+against flops.py's formula. Then decode tokens/s at 2K and 8K context, eager, compiled and
+compiled as a CUDA graph (bench.decode_bench: each step over exactly that context); whether CUDA-
+graph decoding generates eager's tokens; and a tiny train.py run on this GPU killed after a
+checkpoint and resumed, whose losses must equal an uninterrupted run's.
 """
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -31,6 +37,8 @@ from muon import newton_schulz_dtype, optimizers
 ROOT = os.path.dirname(os.path.abspath(__file__))
 p = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
 p.add_argument("--dry", action="store_true", help="on the CPU at tiny shapes: checks the script, measures nothing")
+p.add_argument("--out", default="out/gpu_check", help="folder for results.md (written line by line) and results.jsonl")
+p.add_argument("--budget", type=float, default=540, help="seconds for the whole check: each phase has a limit within it")
 args = p.parse_args()
 if not args.dry and not torch.cuda.is_available():
     sys.exit("error: this torch sees no CUDA GPU; run `python gpu_check.py --dry` to check the script on the CPU")
@@ -73,7 +81,10 @@ def check(attn):
     x = torch.randint(0, cfg.vocab_size, (batch, T), device=device)
     compiled = torch.compile(model, backend=backend)
     with torch.no_grad(), autocast:
-        eager_loss, compiled_loss = model(x, x)[1].item(), compiled(x, x)[1].item()
+        eager_loss = model(x, x)[1].item()
+        t0 = time.perf_counter()
+        compiled_loss = compiled(x, x)[1].item()  # the first call compiles
+        compile_s = time.perf_counter() - t0
     opts = optimizers(model, ns_dtype)
 
     def train_step(m):
@@ -97,7 +108,7 @@ def check(attn):
     row = dict(design=attn, tok_s=tps, mfu=flops.train_flops_per_token(cfg) * tps / peak if peak else None,
                peak_gib=None if dry else torch.cuda.max_memory_allocated() / 2**30,
                est_gib=flops.memory_per_gpu(cfg, batch, 1, False) / 2**30, kernel_train=kernel_train,
-               loss_diff=abs(eager_loss - compiled_loss))
+               loss_diff=abs(eager_loss - compiled_loss), compile_s=compile_s)
     del opts, compiled
     # caches after a prefill of half the context, then one decode step
     caches = model.new_caches(T)
@@ -137,27 +148,99 @@ def kill_and_resume():
         return f"{'ok' if ok else 'FAILED'}: killed at step 5, resumed from step 3; max train-loss difference {diff:.1e}"
 
 
-t_start = time.time()
-rows = []
-for attn in DESIGNS:
-    rows.append(check(attn))
-    print(f"# {attn} done at {time.time() - t_start:.0f} s", file=sys.stderr)
-dec_cfg = preset(name, **{**shape, "attn": "gqa", "block_size": max(contexts)})  # gqa: keeps its K/V heads
-speed = decode_bench(dec_cfg, contexts, steps=5 if dry else 20, device=device,
-                     dtype=torch.float32 if dry else torch.bfloat16, batch=1 if dry else 4, warmup=2)  # 4 x 8K fp32 logits: 6.6 GB
-resume = kill_and_resume()
+def versions():
+    # what ran: the GPU, torch, CUDA and cuDNN, and the order SDPA tries its kernels in
+    from torch.nn.attention import SDPBackend
+    order = getattr(torch._C, "_get_sdp_priority_order", lambda: [])()
+    known = {b.value: n.lower() for n, b in SDPBackend.__members__.items()}
+    names = [known.get(i, str(i)) for i in order]
+    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    return (f"{hardware}; torch {torch.__version__}, CUDA {torch.version.cuda}, cuDNN {cudnn}; "
+            f"SDPA priority {' > '.join(names) or 'n/a'}; {time.strftime('%Y-%m-%d %H:%M')}")
+
+
+class Stop(Exception):
+    pass
+
+
+def phase(what, limit, f):
+    """f() with at most limit seconds (and what is left of --budget): its result, or a line saying
+    why there is none. A phase stopped by its alarm leaves the phases after it their time."""
+    limit = min(limit, args.budget - (time.time() - t_start))
+    if limit < 5:
+        return f"{what}: skipped, the {args.budget:.0f} s budget is spent"
+    def stop(*_):
+        raise Stop
+    signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, limit)
+    try:
+        return f()
+    except Stop:
+        return f"{what}: stopped at its {limit:.0f} s limit"
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def say(line=""):
+    # to the screen and the results file at once, so a check cut off part-way keeps what it had
+    print(line, flush=True)
+    with open(os.path.join(args.out, "results.md"), "a") as f:
+        f.write(line + "\n")
+
 
 fmt = lambda v, f: "n/a" if v is None else format(v, f)  # noqa: E731
-print(f"\n{name} preset on {hardware}, batch {batch} x {preset(name, **shape).block_size}, "
-      f"{'dry run: nothing here is a measurement' if dry else 'bf16 autocast, torch.compile'}, torch {torch.__version__}\n")
-print(f"| design | train tok/s | MFU | peak GiB (estimate) | SDPA train | SDPA decode | eager - compiled loss "
-      f"| cache after prefill | cache B/token (formula) | " + " | ".join(f"decode tok/s @{n}" for n in contexts) + " |")
-print("|" + "---|" * (9 + len(contexts)))
-for r in rows:
-    a = r["design"]
-    print(f"| {a} | {r['tok_s']:,.0f} | {fmt(r['mfu'], '.1%')} | {fmt(r['peak_gib'], '.1f')} ({r['est_gib']:.1f}) "
-          f"| {r['kernel_train']} | {r['kernel_decode']} | {r['loss_diff']:.1e} | {r['cache']} "
-          f"| {r['cache_bytes']:,.0f} ({r['cache_formula']:,}) | "
-          + " | ".join(f"{speed[a, n, 'eager']['tok_s']:,.0f}" for n in contexts) + " |")
-print(f"\nkill and resume of a tiny train.py run on {device}: {resume}")
-print(f"({time.time() - t_start:.0f} s)")
+t_start = time.time()
+os.makedirs(args.out, exist_ok=True)
+open(os.path.join(args.out, "results.md"), "w").close()
+say(f"# gpu_check.py{' --dry' if dry else ''}: {name} preset, batch {batch} x {preset(name, **shape).block_size}, "
+    f"{'dry run: nothing here is a measurement' if dry else 'bf16 autocast, torch.compile'}")
+say(f"\n{versions()}\n")
+say(f"| design | train tok/s | MFU | peak GiB (estimate) | SDPA train | SDPA decode | eager - compiled loss "
+    f"| cache after prefill | cache B/token (formula) | compile s |")
+say("|" + "---|" * 10)
+rows = []
+for attn in DESIGNS:  # a design at a time, each row written as it is measured
+    r = phase(attn, 150, lambda: check(attn))
+    if isinstance(r, str):
+        say(f"| {attn} | {r} |")
+        continue
+    rows.append(r)
+    with open(os.path.join(args.out, "results.jsonl"), "a") as f:
+        f.write(json.dumps(r) + "\n")
+    say(f"| {attn} | {r['tok_s']:,.0f} | {fmt(r['mfu'], '.1%')} | {fmt(r['peak_gib'], '.1f')} ({r['est_gib']:.1f}) "
+        f"| {r['kernel_train']} | {r['kernel_decode']} | {r['loss_diff']:.1e} | {r['cache']} "
+        f"| {r['cache_bytes']:,.0f} ({r['cache_formula']:,}) | {r['compile_s']:.0f} |")
+
+
+def decode():
+    # every design at each context: eager, compiled, and compiled as a CUDA graph, side by side
+    cfg = preset(name, **{**shape, "attn": "gqa", "block_size": max(contexts)})  # gqa: keeps its K/V heads
+    modes = ("eager",) if dry else ("eager", "compiled", "graphs")  # dry: inductor's C++ build would take minutes
+    speed = decode_bench(cfg, contexts, steps=5 if dry else 20, device=device, modes=modes,
+                         dtype=torch.float32 if dry else torch.bfloat16, batch=1 if dry else 4, warmup=2)
+    say(f"\ndecode tokens/s, batch {1 if dry else 4} (bench.decode_bench: each step over exactly that context)\n")
+    say("| design | " + " | ".join(f"{m} @{n}" for n in contexts for m in modes) + " |")
+    say("|" + "---|" * (1 + len(contexts) * len(modes)))
+    for a in dict.fromkeys(k[0] for k in speed):  # the designs, in bench's order
+        say(f"| {a} | " + " | ".join(f"{speed[a, n, m]['tok_s']:,.0f}" for n in contexts for m in modes) + " |")
+
+
+def graphs_same_tokens():
+    # the decode step as a CUDA graph (mode="reduce-overhead") must generate what eager does
+    cfg = preset(name, **{**shape, "attn": "lrkv"})
+    torch.manual_seed(0)
+    model = GPT(cfg).to(device).eval()
+    idx = torch.randint(0, cfg.vocab_size, (2, 16), device=device)
+    with autocast:
+        eager = model.generate(idx, 32, temperature=0, compile=False)
+        graphed = model.generate(idx, 32, temperature=0, compile="reduce-overhead")
+    return f"{'ok' if torch.equal(eager, graphed) else 'DIFFERENT'}: 32 greedy tokens, CUDA-graph decode against eager"
+
+
+out = phase("decode", 240, decode)
+if out:
+    say(f"\n{out}")
+if not dry:
+    say(f"\nCUDA-graph decode: {phase('CUDA-graph decode', 90, graphs_same_tokens)}")
+say(f"\nkill and resume of a tiny train.py run on {device}: {phase('kill and resume', 120, kill_and_resume)}")
+say(f"\n({time.time() - t_start:.0f} s; written to {os.path.join(args.out, 'results.md')})")
