@@ -119,8 +119,10 @@ def load_run(path):
         warn(f"{path}: skipped unreadable line(s) {', '.join(map(str, bad[:5]))}{more}")
     evals = [s for s in steps if isinstance(s.get("test_loss"), (int, float))]
     config = header.get("config") if isinstance(header.get("config"), dict) else {}
+    # fields that logs written before they existed lack, as their default then was
+    config.setdefault("lrkv_factored", False)
     if "mlp_hidden" not in config and isinstance(config.get("n_embd"), int):
-        config["mlp_hidden"] = 4 * config["n_embd"]  # logged before the MLP's width was a field
+        config["mlp_hidden"] = 4 * config["n_embd"]
     nan = float("nan")
     return {
         "path": path,
