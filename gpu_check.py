@@ -73,8 +73,8 @@ def sdpa_kernels(f):
     return "+".join(found) or "none (matmuls)"
 
 
-def check(attn):
-    cfg = preset(name, attn=attn, **shape)
+def check(attn, **variant):
+    cfg = preset(name, attn=attn, **shape, **variant)
     torch.manual_seed(0)
     model = GPT(cfg).to(device)
     T = cfg.block_size
@@ -105,7 +105,23 @@ def check(attn):
         train_step(compiled)
     sync()
     tps = batch * T * steps / (time.perf_counter() - t0)
-    row = dict(design=attn, tok_s=tps, mfu=flops.train_flops_per_token(cfg) * tps / peak if peak else None,
+    split = []  # one step in two halves, three times: forward + backward, then the optimisers
+    for _ in range(3):
+        sync()
+        t0 = time.perf_counter()
+        with autocast:
+            compiled(x, x)[1].backward()
+        sync()
+        t1 = time.perf_counter()
+        for o in opts:
+            o.step()
+        model.zero_grad(set_to_none=True)
+        sync()
+        split.append((time.perf_counter() - t1) / (time.perf_counter() - t0))
+    fpt = flops.train_flops_per_token(cfg)
+    causal = fpt - 3 * cfg.n_layer * T * cfg.n_head * (flops.d_qk(cfg) + cfg.head_dim)  # half the attention core
+    row = dict(design=attn, tok_s=tps, mfu=fpt * tps / peak if peak else None,
+               mfu_causal=causal * tps / peak if peak else None, opt_share=sorted(split)[1],
                peak_gib=None if dry else torch.cuda.max_memory_allocated() / 2**30,
                est_gib=flops.memory_per_gpu(cfg, batch, 1, False) / 2**30, kernel_train=kernel_train,
                loss_diff=abs(eager_loss - compiled_loss), compile_s=compile_s)
@@ -195,19 +211,24 @@ open(os.path.join(args.out, "results.md"), "w").close()
 say(f"# gpu_check.py{' --dry' if dry else ''}: {name} preset, batch {batch} x {preset(name, **shape).block_size}, "
     f"{'dry run: nothing here is a measurement' if dry else 'bf16 autocast, torch.compile'}")
 say(f"\n{versions()}\n")
-say(f"| design | train tok/s | MFU | peak GiB (estimate) | SDPA train | SDPA decode | eager - compiled loss "
-    f"| cache after prefill | cache B/token (formula) | compile s |")
-say("|" + "---|" * 10)
+say("MFU counts attention with no causal discount (flops.py's convention); MFU (causal) counts half of it.\n")
+say(f"| design | train tok/s | MFU | MFU (causal) | optimiser % | peak GiB (estimate) | SDPA train | SDPA decode "
+    f"| eager - compiled loss | cache after prefill | cache B/token (formula) | compile s |")
+say("|" + "---|" * 12)
 rows = []
-for attn in DESIGNS:  # a design at a time, each row written as it is measured
-    r = phase(attn, 150, lambda: check(attn))
+VARIANTS = [(a, a, {}) for a in DESIGNS] + [("mla-ds", "mla", dict(mla_deepseek=True)),
+                                          ("lrkv-f", "lrkv", dict(lrkv_factored=True))]
+for label, attn, variant in VARIANTS:  # a design at a time, each row written as it is measured
+    r = phase(label, 150, lambda: check(attn, **variant))
     if isinstance(r, str):
-        say(f"| {attn} | {r} |")
+        say(f"| {label} | {r} |")
         continue
+    r["design"] = label
     rows.append(r)
     with open(os.path.join(args.out, "results.jsonl"), "a") as f:
         f.write(json.dumps(r) + "\n")
-    say(f"| {attn} | {r['tok_s']:,.0f} | {fmt(r['mfu'], '.1%')} | {fmt(r['peak_gib'], '.1f')} ({r['est_gib']:.1f}) "
+    say(f"| {label} | {r['tok_s']:,.0f} | {fmt(r['mfu'], '.1%')} | {fmt(r['mfu_causal'], '.1%')} "
+        f"| {r['opt_share']:.0%} | {fmt(r['peak_gib'], '.1f')} ({r['est_gib']:.1f}) "
         f"| {r['kernel_train']} | {r['kernel_decode']} | {r['loss_diff']:.1e} | {r['cache']} "
         f"| {r['cache_bytes']:,.0f} ({r['cache_formula']:,}) | {r['compile_s']:.0f} |")
 
