@@ -4,7 +4,8 @@ NANOKV_FAULT=WHERE:N runs `python train.py ARGS` and SIGKILLs it
     log:N       half-way through writing step N's log line
     eval:N      in step N's evaluation
     ckpt:N      in step N's checkpoint write, after the new one is written and before it counts
-or, with inf_grad:N, makes the gradients of the step from N to N+1 inf, as an fp16 overflow would.
+or, with inf_grad:N, makes the gradients of the step from N to N+1 inf, as an fp16 overflow would;
+or, with old_ddp:0, gives DDP torch 2.11's constructor, which refuses arguments added since.
 The faults are patched in from here, so train.py carries no test hook.
 """
 import json
@@ -77,8 +78,22 @@ elif where == "inf_grad":
                         p.grad.fill_(float("inf"))
         return unscale(self, optimizer)
     torch.amp.GradScaler.unscale_ = unscale_inf
+elif where == "old_ddp":
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    TORCH_2_11 = {"module", "device_ids", "output_device", "dim", "broadcast_buffers", "init_sync", "process_group",
+                  "bucket_cap_mb", "find_unused_parameters", "check_reduction", "gradient_as_bucket_view",
+                  "static_graph", "delay_all_reduce_named_params", "param_to_hook_all_reduce", "mixed_precision",
+                  "device_mesh", "skip_all_reduce_unused_params", "bucket_cap_mb_list"}  # its DDP.__init__'s
+    init = DDP.__init__
+
+    def old_init(self, *args, **kwargs):
+        new = sorted(set(kwargs) - TORCH_2_11)
+        if new:
+            raise TypeError(f"DistributedDataParallel.__init__() got an unexpected keyword argument '{new[0]}'")
+        init(self, *args, **kwargs)
+    DDP.__init__ = old_init
 else:
-    sys.exit(f"error: NANOKV_FAULT={where}:{n}: use log, eval, ckpt or inf_grad")
+    sys.exit(f"error: NANOKV_FAULT={where}:{n}: use log, eval, ckpt, inf_grad or old_ddp")
 
 script, sys.argv = sys.argv[1], sys.argv[1:]
 runpy.run_path(script, run_name="__main__")

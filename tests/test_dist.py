@@ -63,6 +63,26 @@ def worker():
         for a, f in zip(alone, sharded):
             rows = [len(c) for c in torch.arange(len(a)).chunk(2)] + [0]  # this rank's shard: torch.chunk's
             assert len(f.to_local()) == rows[dist.get_rank()] and torch.equal(a, f.full_tensor()), "FSDP2 Muon differs"
+    # gradient accumulation as train.py runs it under FSDP2: every micro-step's gradients are
+    # reduce-scattered, so after each a rank holds only its shard (skipping the sync until the
+    # last micro-step keeps every parameter's whole gradient in FSDP2's unsharded parameters)
+    for sync_every in (True, False):
+        model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.Linear(64, 16))
+        for layer in model:
+            fully_shard(layer)
+        fully_shard(model)
+        whole = sum(p.numel() for p in model.parameters())
+        for i in range(2):
+            model.set_requires_gradient_sync(sync_every or i == 1)
+            model(torch.randn(4, 16)).square().sum().backward()
+            fps = [fp for layer in model for fp in layer._get_fsdp_state()._fsdp_param_group.fsdp_params]
+            held = sum(getattr(fp, "unsharded_accumulated_grad", None) is not None  # under mixed precision
+                       or getattr(fp._unsharded_param, "grad", None) is not None for fp in fps)  # in fp32
+            shards = sum(p.grad.to_local().numel() for p in model.parameters() if p.grad is not None)
+            if sync_every or i == 1:
+                assert held == 0 and shards == whole // 2, ("a whole gradient held", i, held, shards)
+            else:
+                assert held == 4 and shards == 0, ("FSDP2 no longer holds unsynced gradients whole", held, shards)
     print(f"rank {dist.get_rank()} ok")
     dist.destroy_process_group()
 
