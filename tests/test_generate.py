@@ -243,3 +243,19 @@ def run_main(capsys, *argv):
 ])
 def test_cli_bad_input_is_one_line(argv, msg, capsys):
     assert msg in exits_in_one_line(ev.main, argv, capsys)
+
+
+@pytest.mark.parametrize("attn", ["mha", "lrkv"])
+def test_generate_makes_no_host_tensor_and_reads_nothing_back_per_token(attn, monkeypatch):
+    # on a GPU, a tensor made from a Python list is a host-to-device copy, and .item() or .tolist()
+    # waits for the device: generate does neither once per token
+    model = randomized(tiny(attn))
+    idx = prompt(model.cfg)
+    made, read = [], []
+    tensor, item, tolist = torch.tensor, torch.Tensor.item, torch.Tensor.tolist
+    monkeypatch.setattr(torch, "tensor", lambda *a, **k: made.append(a) or tensor(*a, **k))
+    monkeypatch.setattr(torch.Tensor, "item", lambda self: read.append(1) or item(self))
+    monkeypatch.setattr(torch.Tensor, "tolist", lambda self: read.append(1) or tolist(self))
+    for temperature in (0, 1.0):
+        model.generate(idx, 12, temperature=temperature, generator=torch.Generator().manual_seed(0))
+    assert made == [] and read == []
