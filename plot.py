@@ -371,9 +371,14 @@ def draw_pareto(rows):
             ax.annotate(r["setting"], (xi, yi), textcoords="offset points", xytext=(4, 4), fontsize=7, color=color)
         if attn == "mha":  # the baseline's loss across the whole budget axis
             ax.axhline(y[0], color=color, linestyle=":", linewidth=1, alpha=0.6)
-    ax.set_xlabel("KV cache per token (% of MHA's)")
+    return sweep_axes(fig, ax, "KV cache per token (% of MHA's)", "What a cache budget buys")
+
+
+def sweep_axes(fig, ax, xlabel, title):
+    # a sweep's figure: final loss (mean ± sd over seeds) against the swept setting
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("Final Test Cross-Entropy Loss (mean over seeds, ± sd)")
-    ax.set_title("What a cache budget buys")
+    ax.set_title(title)
     ax.grid(alpha=0.3)
     if ax.get_lines():
         ax.legend(loc="upper right")
@@ -448,14 +453,7 @@ def draw_lr(rows, summary):
                    edgecolors=color, linewidth=1.5, zorder=3)
     ax.axvline(PAPER_MATRIX_LR, color="gray", linestyle=":", linewidth=1)
     ax.set_xscale("log")
-    ax.set_xlabel("Muon learning rate (matrix_lr; dotted: the paper's)")
-    ax.set_ylabel("Final Test Cross-Entropy Loss (mean over seeds, ± sd)")
-    ax.set_title("Each design's learning rate")
-    ax.grid(alpha=0.3)
-    if ax.get_lines():
-        ax.legend(loc="upper right")
-    fig.tight_layout()
-    return fig, ax
+    return sweep_axes(fig, ax, "Muon learning rate (matrix_lr; dotted: the paper's)", "Each design's learning rate")
 
 
 def lr_tables(rows, summary, markdown=False):
