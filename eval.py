@@ -217,7 +217,6 @@ def run_tasks(model, tok, amp, args):
     results = lm_eval.simple_evaluate(model=NanoKV(model, tok, amp, args.batch_size), tasks=tasks, limit=limit,
                                       num_fewshot=args.num_fewshot, task_manager=manager)
     print(make_table(results))
-    return results
 
 
 # flags of earlier versions, now bench.py's: one line says where they went

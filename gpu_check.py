@@ -215,7 +215,6 @@ say("MFU counts attention with no causal discount (flops.py's convention); MFU (
 say(f"| design | train tok/s | MFU | MFU (causal) | optimiser % | peak GiB (estimate) | SDPA train | SDPA decode "
     f"| eager - compiled loss | cache after prefill | cache B/token (formula) | compile s |")
 say("|" + "---|" * 12)
-rows = []
 VARIANTS = [(a, a, {}) for a in DESIGNS] + [("mla-ds", "mla", dict(mla_deepseek=True)),
                                           ("lrkv-f", "lrkv", dict(lrkv_factored=True))]
 for label, attn, variant in VARIANTS:  # a design at a time, each row written as it is measured
@@ -224,7 +223,6 @@ for label, attn, variant in VARIANTS:  # a design at a time, each row written as
         say(f"| {label} | {r} |")
         continue
     r["design"] = label
-    rows.append(r)
     with open(os.path.join(args.out, "results.jsonl"), "a") as f:
         f.write(json.dumps(r) + "\n")
     say(f"| {label} | {r['tok_s']:,.0f} | {fmt(r['mfu'], '.1%')} | {fmt(r['mfu_causal'], '.1%')} "

@@ -229,11 +229,11 @@ def paired_t(d):
            "p": None, "established": None}
     if n < 2:
         return out
-    sd = float(d.std(ddof=1))
-    half = t_quantile(0.975, n - 1) * sd / math.sqrt(n)
-    t = out["diff"] / (sd / math.sqrt(n)) if sd > 0 else math.copysign(math.inf, out["diff"]) if out["diff"] else 0.0
-    return {**out, "diff_sd": sd, "lo": out["diff"] - half, "hi": out["diff"] + half,
-            "p": t_p(t, n - 1) if math.isfinite(t) else 0.0, "established": bool(out["diff"] - half > 0 or out["diff"] + half < 0)}
+    m, sd = out["diff"], float(d.std(ddof=1))
+    se = sd / math.sqrt(n)
+    half = t_quantile(0.975, n - 1) * se
+    p = t_p(m / se, n - 1) if se > 0 else float(m == 0)  # every pair the same: no doubt about the mean
+    return {**out, "diff_sd": sd, "lo": m - half, "hi": m + half, "p": p, "established": bool(m - half > 0 or m + half < 0)}
 
 
 def final_losses(group, step):

@@ -251,6 +251,7 @@ if ddp and not fsdp:  # the gradients live in DDP's buckets; buffers are never s
 
 # the log's header: the run's whole configuration, its accounting and where it ran
 hardware = device_name(device)
+run_config = {**train_config, **asdict(model_config)}  # everything that says what this run is
 flops_per_token = flops.train_flops_per_token(model_config)
 peak = flops.peak_flops(hardware) if cuda else None
 if master:
@@ -262,11 +263,10 @@ if master:
         git = ""
     ckpt.append_log(log_path, dict(
         type="header", run=run_name, attn=model_config.attn, resumed=resume, start_step=start,
-        config={**train_config, **asdict(model_config), "run": run_name}, **flops.accounting(model_config),
+        config={**run_config, "run": run_name}, **flops.accounting(model_config),
         tokens_per_step=total_batch_tokens, world_size=world, git=git, device=f"{world}x {hardware}",
         torch=torch.__version__, dtype=dtype, time=time.strftime("%Y-%m-%d %H:%M:%S")))
-tracked = track.start(tracker, tracker_project, run_name, run_dir, {**train_config, **asdict(model_config)},
-                      resume) if master else None
+tracked = track.start(tracker, tracker_project, run_name, run_dir, run_config, resume) if master else None
 log(f"{run_name}: {model_config.attn}, {flops.params(model_config) / 1e6:.2f}M params, "
     f"{flops_per_token / 1e6:.2f} MFLOP/token, {total_batch_tokens} tokens/step ({world} rank(s) x {grad_accum} "
     f"micro-steps x {batch_size}x{T}), {max_iters} steps on {hardware}")
