@@ -1,21 +1,24 @@
 """
 One command that checks nanoKV on a GPU and writes a Markdown table for docs/.
 
-    python gpu_check.py          # the 128M preset, bf16, compiled, on cuda: at most --budget=540 s
-    python gpu_check.py --dry    # the same steps on the CPU at tiny shapes, to check the script (< ~1 minute)
+    python gpu_check.py                      # the 128M preset, bf16, compiled, on cuda: at most --budget=480 s
+    python gpu_check.py --only=decode,512m-8k    # some parts again, e.g. those a cut-off check missed
+    python gpu_check.py --dry                # the same steps on the CPU at tiny shapes, to check the script
 
 It writes out/gpu_check/results.md line by line as it measures (and each design's row to
 results.jsonl), so a check cut off part-way keeps what it had. Each phase has its own time limit
-within --budget; one that runs out is stopped and said so, and the next starts.
-First the GPU, torch, CUDA and cuDNN versions and SDPA's kernel order. Then per design: training
-tokens/s and MFU (compiled, Muon + AdamW as train.py; MFU counts attention with no causal
-discount, flops.py's convention), peak memory against flops.memory_per_gpu's estimate, which SDPA
-kernel ran in training and in decoding (from the profiler's op names), the loss of the compiled
-model against eager, the compile time, each cache's dtype and bytes per token after a prefill
-against flops.py's formula. Then decode tokens/s at 2K and 8K context, eager, compiled and
-compiled as a CUDA graph (bench.decode_bench: each step over exactly that context); whether CUDA-
-graph decoding generates eager's tokens; and a tiny train.py run on this GPU killed after a
-checkpoint and resumed, whose losses must equal an uninterrupted run's.
+within --budget; one that runs out is stopped and said so, and the next starts. The parts, in order:
+- the GPU, torch, CUDA and cuDNN versions and SDPA's kernel order;
+- designs: per design, training tokens/s and MFU (compiled, Muon + AdamW as train.py; MFU by
+  flops.py's convention, no causal discount, and with causal attention), the optimiser's share of a
+  step, peak memory against flops.memory_per_gpu, the SDPA kernel in training and in decoding (the
+  profiler's op names), the training loss and gradient norm compiled against eager, the compile
+  time, each cache's dtype and bytes per token after a prefill against flops.py's formula;
+- runs: tiny train.py runs killed and resumed, as 1-rank DDP and FSDP2 under torchrun, and in fp16;
+- tokens: generate()'s default decode (a CUDA graph) against the compiled and the eager step;
+- decode: tokens/s and cache GB/s at 2K and 8K, eager, compiled and as a CUDA graph (bench.decode_bench);
+- variants: MLA at DeepSeek's widths and the factored LRKV, as the designs' rows;
+- 512m-8k: MHA and LRKV at the figure's 8K-context shape.
 """
 import argparse
 import json
@@ -29,7 +32,7 @@ import time
 import torch
 
 import flops
-from bench import decode_bench
+from bench import decode_bench, design_cfgs
 from common import DESIGNS, autocast as amp, device_name, native_bf16
 from model import GPT, preset
 from muon import newton_schulz_dtype, optimizers
@@ -38,8 +41,13 @@ ROOT = os.path.dirname(os.path.abspath(__file__))
 p = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
 p.add_argument("--dry", action="store_true", help="on the CPU at tiny shapes: checks the script, measures nothing")
 p.add_argument("--out", default="out/gpu_check", help="folder for results.md (written line by line) and results.jsonl")
-p.add_argument("--budget", type=float, default=540, help="seconds for the whole check: each phase has a limit within it")
+p.add_argument("--budget", type=float, default=480, help="seconds for the whole check: each phase has a limit within it")
+PARTS = ["designs", "runs", "tokens", "decode", "variants", "512m-8k"]  # in the order they run
+p.add_argument("--only", default=",".join(PARTS), help="some of the parts, to rerun what a cut-off check missed")
 args = p.parse_args()
+args.only = args.only.split(",")
+if set(args.only) - set(PARTS):
+    sys.exit(f"error: --only={','.join(args.only)}: the parts are {','.join(PARTS)}")
 if not args.dry and not torch.cuda.is_available():
     sys.exit("error: this torch sees no CUDA GPU; run `python gpu_check.py --dry` to check the script on the CPU")
 dry = args.dry
@@ -47,9 +55,9 @@ device = "cpu" if dry else "cuda"
 if dry:  # tiny shapes; compile traces with dynamo only (inductor's C++ build would take minutes)
     shape = dict(n_layer=2, n_head=2, n_embd=64, block_size=128, vocab_size=320, n_kv_head=1, mla_kv_rank=16,
                  mla_rope_dim=8, lrkv_rank=6)
-    name, batch, steps, contexts, backend = "cpu", 2, 2, (64, 128), "eager"
+    name, batch, steps, contexts, backend, decode_batch = "cpu", 2, 2, (64, 128), "eager", 1
 else:
-    shape, name, batch, steps, contexts, backend = {}, "128m", 8, 10, (2048, 8192), "inductor"
+    shape, name, batch, steps, contexts, backend, decode_batch = {}, "128m", 8, 10, (2048, 8192), "inductor", 4
     torch.backends.cuda.matmul.allow_tf32 = True
 autocast = amp(device, "fp32" if dry else "bf16")
 ns_dtype = newton_schulz_dtype("auto", gpu=not dry and native_bf16("cuda"))
@@ -73,30 +81,39 @@ def sdpa_kernels(f):
     return "+".join(found) or "none (matmuls)"
 
 
-def check(attn, **variant):
-    cfg = preset(name, attn=attn, **shape, **variant)
+def check(attn, size=None, **variant):
+    # size: (preset, batch) for a shape other than the check's own, e.g. the figure's 512m-8k
+    cfg = preset(size[0] if size and not dry else name, attn=attn, **shape, **variant)
+    B = size[1] if size and not dry else batch
     torch.manual_seed(0)
     model = GPT(cfg).to(device)
     T = cfg.block_size
-    x = torch.randint(0, cfg.vocab_size, (batch, T), device=device)
+    x = torch.randint(0, cfg.vocab_size, (B, T), device=device)
     compiled = torch.compile(model, backend=backend)
-    with torch.no_grad(), autocast:
-        eager_loss = model(x, x)[1].item()
-        t0 = time.perf_counter()
-        compiled_loss = compiled(x, x)[1].item()  # the first call compiles
-        compile_s = time.perf_counter() - t0
     opts = optimizers(model, ns_dtype)
+
+    def fwd_bwd(m):  # the training loss and gradient norm of one micro-step, gradients cleared after
+        with autocast:
+            loss = m(x, x)[1]
+        loss.backward()
+        norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in model.parameters()]))
+        model.zero_grad(set_to_none=True)
+        return loss.item(), norm.item()
 
     def train_step(m):
         with autocast:
-            _, loss = m(x, x)
-        loss.backward()
+            m(x, x)[1].backward()
         for o in opts:
             o.step()
         model.zero_grad(set_to_none=True)
 
+    # eager against compiled at the same weights; the first compiled call compiles forward and backward
+    eager = fwd_bwd(model)
+    t0 = time.perf_counter()
+    comp = fwd_bwd(compiled)
+    compile_s = time.perf_counter() - t0
     kernel_train = sdpa_kernels(lambda: train_step(model))  # eager: inductor calls the same SDPA op
-    train_step(compiled)  # warm-up (compiles the backward)
+    train_step(compiled)  # warm-up: the optimisers' first step
     sync()
     if not dry:
         torch.cuda.reset_peak_memory_stats()
@@ -104,7 +121,7 @@ def check(attn, **variant):
     for _ in range(steps):
         train_step(compiled)
     sync()
-    tps = batch * T * steps / (time.perf_counter() - t0)
+    tps = B * T * steps / (time.perf_counter() - t0)
     split = []  # one step in two halves, three times: forward + backward, then the optimisers
     for _ in range(3):
         sync()
@@ -123,9 +140,10 @@ def check(attn, **variant):
     row = dict(design=attn, tok_s=tps, mfu=fpt * tps / peak if peak else None,
                mfu_causal=causal * tps / peak if peak else None, opt_share=sorted(split)[1],
                peak_gib=None if dry else torch.cuda.max_memory_allocated() / 2**30,
-               est_gib=flops.memory_per_gpu(cfg, batch, 1, False) / 2**30, kernel_train=kernel_train,
-               loss_diff=abs(eager_loss - compiled_loss), compile_s=compile_s)
-    del opts, compiled
+               est_gib=flops.memory_per_gpu(cfg, B, 1, False) / 2**30, kernel_train=kernel_train,
+               loss_diff=abs(eager[0] - comp[0]), norm_diff=abs(eager[1] - comp[1]) / eager[1], compile_s=compile_s)
+    opts.clear()  # the optimiser state, before the caches are measured
+    del compiled
     # caches after a prefill of half the context, then one decode step
     caches = model.new_caches(T)
     with torch.no_grad(), autocast:
@@ -133,35 +151,66 @@ def check(attn, **variant):
         row["kernel_decode"] = sdpa_kernels(lambda: model(x[:, T // 2:T // 2 + 1], caches=caches))
     bufs = caches[0].buf
     row["cache"] = ", ".join(f"{k} {str(v.dtype)[6:]}" for k, v in bufs.items())
-    row["cache_bytes"] = sum(c.nbytes() for c in caches) / (batch * T)  # allocated for all T slots
+    row["cache_bytes"] = sum(c.nbytes() for c in caches) / (B * T)  # allocated for all T slots
     row["cache_formula"] = flops.kv_cache_bytes_per_token(cfg, bufs and next(iter(bufs.values())).element_size())
     return row
 
 
-def kill_and_resume():
-    """A tiny train.py run on this device killed after its step-3 checkpoint, then resumed."""
+def tiny_runs():
+    """Tiny train.py runs on this device, each set against another by its logged train losses: a
+    run killed after its step-3 checkpoint and resumed against an uninterrupted one; one rank of
+    DDP under torchrun against one process; one rank of FSDP2 against DDP; fp16 with its loss
+    scaler against the default precision. -> one line each."""
     with tempfile.TemporaryDirectory() as tmp:
         data = os.path.join(tmp, "data")
         subprocess.run([sys.executable, "prepare.py", "text", f"--input={ROOT}/*.py", "--name=check",
                         f"--data_dir={data}"], cwd=ROOT, check=True, capture_output=True)
-        cmd = [sys.executable, "train.py", "--dataset=check", f"--data_dir={data}", f"--out_dir={tmp}",
-               f"--device={device}", "--attn=lrkv", "--n_layer=2", "--n_head=2", "--n_embd=64", "--block_size=64",
-               "--batch_size=4", "--total_batch_tokens=256", "--max_iters=8", "--eval_interval=4",
-               "--ckpt_interval=3", "--eval_tokens=1024", "--log_interval=1", "--warmup_iters=2"]
+        cmd = ["train.py", "--dataset=check", f"--data_dir={data}", f"--out_dir={tmp}", f"--device={device}",
+               "--attn=lrkv", "--n_layer=2", "--n_head=2", "--n_embd=64", "--block_size=64", "--batch_size=4",
+               "--total_batch_tokens=256", "--max_iters=8", "--eval_interval=4", "--ckpt_interval=3",
+               "--eval_tokens=1024", "--log_interval=1", "--warmup_iters=2", "--compile=False"]
         env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-        # the cut run is killed half-way through writing step 5's log line, as the tests kill runs
-        runs = [(["--run_name=full"], {}), (["--run_name=cut"], {"NANOKV_FAULT": "log:5"}),
-                (["--run_name=cut", "--resume"], {})]
-        for extra, fault in runs:
-            launch = [sys.executable] + (["tests/fault.py"] if fault else [])
-            p = subprocess.run(launch + cmd[1:] + extra, cwd=ROOT, env={**env, **fault}, capture_output=True, text=True)
-            if p.returncode != 0 and not fault:
-                return f"train.py failed: {p.stderr.strip().splitlines()[-1]}"
-        losses = [{r["step"]: r.get("train_loss") for r in map(json.loads, open(f"{tmp}/{run}/log.jsonl"))
-                   if r["type"] == "step"} for run in ("full", "cut")]
-        diff = max(abs((losses[0][s] or 0) - (losses[1].get(s) or 0)) for s in losses[0])
-        ok = losses[0].keys() == losses[1].keys() and diff < 1e-4  # CUDA's atomics may reorder sums
-        return f"{'ok' if ok else 'FAILED'}: killed at step 5, resumed from step 3; max train-loss difference {diff:.1e}"
+        torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1"]
+
+        procs = []
+
+        def start(name, *extra, launch=(sys.executable,), fault=None):
+            # the cut run is killed half-way through writing step 5's log line, as the tests kill runs
+            launch = [*launch, "tests/fault.py"] if fault else list(launch)
+            with open(f"{tmp}/{name}.err", "w") as err:
+                procs.append(subprocess.Popen(launch + cmd + [f"--run_name={name}", *extra], cwd=ROOT, stderr=err,
+                                              env={**env, **({"NANOKV_FAULT": fault} if fault else {})},
+                                              stdout=subprocess.DEVNULL))
+            return name, procs[-1]
+
+        def losses(name, p):  # -> {step: train loss}, or the run's last error line
+            if p.wait() != 0:
+                return f"{name}: train.py failed: {(open(f'{tmp}/{name}.err').read().strip().splitlines() or ['?'])[-1]}"
+            return {r["step"]: r["train_loss"] for r in map(json.loads, open(f"{tmp}/{name}/log.jsonl"))
+                    if r["type"] == "step" and "train_loss" in r}
+
+        def against(what, a, b, tol):
+            if isinstance(a, str) or isinstance(b, str):
+                return f"{what}: {a if isinstance(a, str) else b}"
+            diff = max(abs(a[s] - b.get(s, float("inf"))) for s in a) if a.keys() == b.keys() else float("inf")
+            return f"{what}: {'ok' if diff <= tol else 'FAILED'}, max train-loss difference {diff:.1e} (at most {tol:g})"
+
+        try:  # the runs at once (they are small), then the cut one's resume
+            runs = [start("full"), start("ddp", launch=torchrun), start("fsdp", "--fsdp", launch=torchrun),
+                    start("fp16", "--dtype=fp16"), start("cut", fault="log:5")]
+            runs[-1][1].wait()
+            full, ddp, fsdp, fp16 = (losses(*r) for r in runs[:4])
+            cut = losses(*start("cut", "--resume"))
+        finally:  # a phase stopped at its limit leaves no run behind
+            for p in procs:
+                p.kill()
+                p.wait()
+        return [against("killed at step 5, resumed from step 3, against uninterrupted", cut, full, 1e-4),
+                against("1-rank DDP (torchrun) against one process", ddp, full, 1e-4),  # CUDA's atomics may reorder sums
+                # FSDP2 computes in bf16 with fp32 masters, as DDP's autocast does (equal to the bit on the CPU)
+                against("1-rank FSDP2 against 1-rank DDP", fsdp, ddp, 1e-3),
+                # fp16 with a GradScaler against bf16 (fp32 on the CPU): other roundings, so a loose bound
+                against("fp16 with its loss scaler against the default precision", fp16, full, 5e-2)]
 
 
 def versions():
@@ -205,61 +254,84 @@ def say(line=""):
 
 
 fmt = lambda v, f: "n/a" if v is None else format(v, f)  # noqa: E731
-t_start = time.time()
-os.makedirs(args.out, exist_ok=True)
-open(os.path.join(args.out, "results.md"), "w").close()
-say(f"# gpu_check.py{' --dry' if dry else ''}: {name} preset, batch {batch} x {preset(name, **shape).block_size}, "
-    f"{'dry run: nothing here is a measurement' if dry else 'bf16 autocast, torch.compile'}")
-say(f"\n{versions()}\n")
-say("MFU counts attention with no causal discount (flops.py's convention); MFU (causal) counts half of it.\n")
-say(f"| design | train tok/s | MFU | MFU (causal) | optimiser % | peak GiB (estimate) | SDPA train | SDPA decode "
-    f"| eager - compiled loss | cache after prefill | cache B/token (formula) | compile s |")
-say("|" + "---|" * 12)
-VARIANTS = [(a, a, {}) for a in DESIGNS] + [("mla-ds", "mla", dict(mla_deepseek=True)),
-                                          ("lrkv-f", "lrkv", dict(lrkv_factored=True))]
-for label, attn, variant in VARIANTS:  # a design at a time, each row written as it is measured
-    r = phase(label, 150, lambda: check(attn, **variant))
-    if isinstance(r, str):
-        say(f"| {label} | {r} |")
-        continue
-    r["design"] = label
-    with open(os.path.join(args.out, "results.jsonl"), "a") as f:
-        f.write(json.dumps(r) + "\n")
-    say(f"| {label} | {r['tok_s']:,.0f} | {fmt(r['mfu'], '.1%')} | {fmt(r['mfu_causal'], '.1%')} "
-        f"| {r['opt_share']:.0%} | {fmt(r['peak_gib'], '.1f')} ({r['est_gib']:.1f}) "
-        f"| {r['kernel_train']} | {r['kernel_decode']} | {r['loss_diff']:.1e} | {r['cache']} "
-        f"| {r['cache_bytes']:,.0f} ({r['cache_formula']:,}) | {r['compile_s']:.0f} |")
 
 
-def decode():
-    # every design at each context: eager, compiled, and compiled as a CUDA graph, side by side
+def design_rows(variants, size=None):
+    # a design at a time, each row written as it is measured
+    say("| design | train tok/s | MFU | MFU (causal) | optimiser % | peak GiB (estimate) | SDPA train | SDPA decode "
+        "| eager - compiled loss | grad norm, relative | cache after prefill | cache B/token (formula) | compile s |")
+    say("|" + "---|" * 13)
+    for label, attn, variant in variants:
+        r = phase(label, 90 if size else 60, lambda: check(attn, size, **variant))
+        if isinstance(r, str):
+            say(f"| {label} | {r} |")
+            continue
+        r["design"], r["size"] = label, size
+        with open(os.path.join(args.out, "results.jsonl"), "a") as f:
+            f.write(json.dumps(r) + "\n")
+        say(f"| {label} | {r['tok_s']:,.0f} | {fmt(r['mfu'], '.1%')} | {fmt(r['mfu_causal'], '.1%')} "
+            f"| {r['opt_share']:.0%} | {fmt(r['peak_gib'], '.1f')} ({r['est_gib']:.1f}) "
+            f"| {r['kernel_train']} | {r['kernel_decode']} | {r['loss_diff']:.1e} | {r['norm_diff']:.1e} | {r['cache']} "
+            f"| {r['cache_bytes']:,.0f} ({r['cache_formula']:,}) | {r['compile_s']:.0f} |")
+
+
+def decode(mode, N):
+    # every design at context N in one mode -> a row: tok/s and the cache bytes read per second
     cfg = preset(name, **{**shape, "attn": "gqa", "block_size": max(contexts)})  # gqa: keeps its K/V heads
-    modes = ("eager",) if dry else ("eager", "compiled", "graphs")  # dry: inductor's C++ build would take minutes
-    speed = decode_bench(cfg, contexts, steps=5 if dry else 20, device=device, modes=modes,
-                         dtype=torch.float32 if dry else torch.bfloat16, batch=1 if dry else 4, warmup=2)
-    say(f"\ndecode tokens/s, batch {1 if dry else 4} (bench.decode_bench: each step over exactly that context)\n")
-    say("| design | " + " | ".join(f"{m} @{n}" for n in contexts for m in modes) + " |")
-    say("|" + "---|" * (1 + len(contexts) * len(modes)))
-    for a in dict.fromkeys(k[0] for k in speed):  # the designs, in bench's order
-        say(f"| {a} | " + " | ".join(f"{speed[a, n, m]['tok_s']:,.0f}" for n in contexts for m in modes) + " |")
+    dtype = torch.float32 if dry else torch.bfloat16
+    speed = decode_bench(cfg, (N,), steps=5 if dry else 20, device=device, modes=(mode,), dtype=dtype,
+                         batch=decode_batch, warmup=2)
+    cfgs = design_cfgs(cfg)
+    # each step reads every sequence's whole cache once: bytes/token x N x sequences/step x steps/s
+    gbs = {a: flops.kv_cache_bytes_per_token(cfgs[a], dtype.itemsize) * N * speed[a, N, mode]["tok_s"] / 1e9
+           for a in cfgs}
+    return f"| {mode} @{N} | " + " | ".join(f"{speed[a, N, mode]['tok_s']:,.0f} ({gbs[a]:,.1f})" for a in cfgs) + " |"
 
 
 def graphs_same_tokens():
-    # the decode step as a CUDA graph (mode="reduce-overhead") must generate what eager does
-    cfg = preset(name, **{**shape, "attn": "lrkv"})
+    """generate()'s default decode on CUDA, the compiled step as a CUDA graph, against the compiled
+    step without one (the same kernels: tokens must be equal) and eager (fp32: equal, or a rounding)."""
+    cfg = preset(name, **{**shape, "attn": "lrkv", "n_layer": 2})
     torch.manual_seed(0)
     model = GPT(cfg).to(device).eval()
     idx = torch.randint(0, cfg.vocab_size, (2, 16), device=device)
-    with autocast:
-        eager = model.generate(idx, 32, temperature=0, compile=False)
-        graphed = model.generate(idx, 32, temperature=0, compile="reduce-overhead")
-    return f"{'ok' if torch.equal(eager, graphed) else 'DIFFERENT'}: 32 greedy tokens, CUDA-graph decode against eager"
+    out = {c: model.generate(idx, 32, temperature=0, compile=c) for c in (False, True, None)}
+    same = (out[None] == out[True]).all().item()
+    agree = (out[None] == out[False])[:, 16:].float().mean().item()
+    return (f"{'ok' if same else 'DIFFERENT'}: 32 greedy tokens from generate()'s default decode (CUDA graph) "
+            f"against the compiled step's; {agree:.0%} of them eager's (fp32)")
 
 
-out = phase("decode", 240, decode)
-if out:
-    say(f"\n{out}")
-if not dry:
-    say(f"\nCUDA-graph decode: {phase('CUDA-graph decode', 90, graphs_same_tokens)}")
-say(f"\nkill and resume of a tiny train.py run on {device}: {phase('kill and resume', 120, kill_and_resume)}")
+t_start = time.time()
+os.makedirs(args.out, exist_ok=True)
+open(os.path.join(args.out, "results.md"), "w").close()
+open(os.path.join(args.out, "results.jsonl"), "w").close()
+say(f"# gpu_check.py{' --dry' if dry else ''}: {name} preset, batch {batch} x {preset(name, **shape).block_size}, "
+    f"{'dry run: nothing here is a measurement' if dry else 'bf16 autocast, torch.compile'}")
+say(f"\n{versions()}\n")
+if "designs" in args.only:
+    say("MFU counts attention with no causal discount (flops.py's convention); MFU (causal) counts half of it. "
+        "Eager against compiled: one training micro-step at the same weights.\n")
+    design_rows([(a, a, {}) for a in DESIGNS])
+if "runs" in args.only:
+    say(f"\ntiny train.py runs on {device}:")
+    r = phase("tiny runs", 120, tiny_runs)
+    for line in [r] if isinstance(r, str) else r:
+        say(f"- {line}")
+if "tokens" in args.only and not dry:  # dry: inductor's C++ build would take minutes
+    say(f"\nCUDA-graph decode: {phase('CUDA-graph decode', 60, graphs_same_tokens)}")
+if "decode" in args.only:
+    modes = ("eager",) if dry else ("eager", "compiled", "graphs")  # dry: inductor's C++ build would take minutes
+    say(f"\ndecode tokens/s (cache GB/s), batch {decode_batch} (bench.decode_bench: each step over exactly that context)\n")
+    say("| mode @context | " + " | ".join(design_cfgs(preset(name, **shape))) + " |")
+    say("|" + "---|" * 7)
+    # eager first (no compiling), then the figure's 8K before 2K: each its own phase, written as measured
+    for mode, N in [(m, N) for m in modes[:1] for N in contexts] + [(m, N) for N in contexts[::-1] for m in modes[1:]]:
+        say(phase(f"decode {mode} @{N}", 30 if mode == "eager" else 75, lambda: decode(mode, N)))
+if "variants" in args.only:
+    say("\nMLA at DeepSeek's widths and the factored LRKV:\n")
+    design_rows([("mla-ds", "mla", dict(mla_deepseek=True)), ("lrkv-f", "lrkv", dict(lrkv_factored=True))])
+if "512m-8k" in args.only:
+    say(f"\nthe figure's shape, 512m-8k, batch 1 x 8192{' (dry: the tiny shape)' if dry else ''}:\n")
+    design_rows([(f"{a} 512m-8k", a, {}) for a in ("mha", "lrkv")], size=("512m-8k", 1))
 say(f"\n({time.time() - t_start:.0f} s; written to {os.path.join(args.out, 'results.md')})")

@@ -229,8 +229,9 @@ class GPT(nn.Module):
         temperature 0 is greedy; top_k keeps the k likeliest tokens; sampling draws from generator
         (on any device) for reproducible runs. With the cache: one prefill of the prompt, then one
         token per step, each design caching what it needs (MLA decodes absorbed, LRKV exactly).
-        compile (default: on CUDA) runs the decode step through torch.compile: one graph serves
-        every position (the position is a tensor, the cache a fixed shape). use_cache=False
+        compile runs the decode step through torch.compile: one graph serves every position (the
+        position is a tensor, the cache a fixed shape); a mode such as "reduce-overhead" (a CUDA
+        graph) is passed on. Default: a CUDA graph on CUDA, eager elsewhere. use_cache=False
         recomputes the full forward every step: slow, and the reference."""
         B, T = idx.size()
         if T < 1:
@@ -244,7 +245,9 @@ class GPT(nn.Module):
         idx = idx.to(device)
         # the last sampled token is never fed back, so the cache needs one slot less than the output
         caches = self.new_caches(T + max_new_tokens - 1) if use_cache and max_new_tokens > 1 else None
-        step = self.decoder(device.type == "cuda" if compile is None else compile)
+        # by default on CUDA the compiled step runs as a CUDA graph: one launch a token, not hundreds
+        mode = ("reduce-overhead" if device.type == "cuda" else False) if compile is None else compile
+        step = self.decoder(mode)
         pos = torch.full((1,), T - 1, device=device)  # advanced on the device: no host copy, no wait, per token
         for i in range(max_new_tokens):
             if caches is None:
@@ -252,6 +255,8 @@ class GPT(nn.Module):
             elif i == 0:
                 logits = self(idx, caches=caches, last=True)[0][:, -1]  # the prefill, eager (its shape varies)
             else:
+                if mode == "reduce-overhead":  # the graph may overwrite the last step's logits: they were used
+                    torch.compiler.cudagraph_mark_step_begin()
                 logits = step(nxt, caches=caches, pos=pos.add_(1))[0][:, -1]
             if temperature == 0:
                 nxt = logits.argmax(dim=-1, keepdim=True)  # (B, 1)

@@ -9,34 +9,47 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def gpu_check(*args):
+    return subprocess.run([sys.executable, "gpu_check.py", *args], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300)
+
+
 def test_dry_run_prints_the_table(tmp_path):
-    p = subprocess.run([sys.executable, "gpu_check.py", "--dry", f"--out={tmp_path}"], cwd=ROOT, capture_output=True,
-                       text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300)
+    p = gpu_check("--dry", f"--out={tmp_path}")
     assert p.returncode == 0, p.stderr[-3000:]
     assert (tmp_path / "results.md").read_text() == p.stdout  # written line by line as printed
-    assert len((tmp_path / "results.jsonl").read_text().splitlines()) == 7  # and DeepSeek's MLA, the factored LRKV
+    assert len((tmp_path / "results.jsonl").read_text().splitlines()) == 9  # + DeepSeek's MLA, factored LRKV, 512m-8k x 2
     assert "torch " + torch.__version__ in p.stdout and "SDPA priority" in p.stdout
-    rows = [line.split(" | ") for line in p.stdout.splitlines() if re.match(r"\| (mha|gqa|mqa|mla|lrkv) \| [\d,]+ \| ", line)
-            and line.count(" | ") == 11]  # the design table's rows, not the decode table's
-    assert [r[0][2:] for r in rows] == ["mha", "lrkv", "mla", "gqa", "mqa"]
+    rows = [line.split(" | ") for line in p.stdout.splitlines() if re.match(r"\| [\w -]+ \| [\d,]+ \| ", line)
+            and line.count(" | ") == 12]  # the design tables' rows, not the decode table's
+    assert [r[0][2:] for r in rows] == ["mha", "lrkv", "mla", "gqa", "mqa", "mla-ds", "lrkv-f", "mha 512m-8k",
+                                        "lrkv 512m-8k"]
     for r in rows:
-        assert len(r) == 12 and r[6] in ("flash", "efficient", "cudnn", "math")  # SDPA ran in training
+        assert r[6] in ("flash", "efficient", "cudnn", "math")  # SDPA ran in training
         assert r[7] == "none (matmuls)" and 0 < float(r[4].rstrip("%")) < 100  # none in decoding; the optimiser's share
-        measured, formula = re.fullmatch(r"([\d,]+) \(([\d,]+)\)", r[10]).groups()
+        measured, formula = re.fullmatch(r"([\d,]+) \(([\d,]+)\)", r[11]).groups()
         assert measured == formula  # the caches hold what flops.py says
-        assert float(r[8]) == 0.0  # dynamo's eager backend: the same ops
-    assert [line.split(" | ")[0] for line in p.stdout.splitlines() if line.count(" | ") == 11][-2:] == ["| mla-ds", "| lrkv-f"]
-    decode = [line for line in p.stdout.splitlines() if line.startswith("| lrkv-f | ") and line.count(" | ") == 2]
-    assert len(decode) == 1  # the decode table: eager at two contexts
-    assert "kill and resume of a tiny train.py run on cpu: ok" in p.stdout
+        assert float(r[8]) == 0.0 and float(r[9]) == 0.0  # dynamo's eager backend: the same ops, loss and gradients
+    runs = [line for line in p.stdout.splitlines() if line.startswith("- ")]
+    assert len(runs) == 4 and all(": ok, max train-loss difference" in line for line in runs)
+    assert "resumed" in runs[0] and "DDP" in runs[1] and "FSDP2" in runs[2] and "fp16" in runs[3]
+    decode = [line.split(" | ") for line in p.stdout.splitlines() if line.startswith("| eager @")]
+    assert [r[0] for r in decode] == ["| eager @64", "| eager @128"] and all(len(r) == 7 for r in decode)
+    assert all(re.fullmatch(r"[\d,]+ \([\d.]+\)", c.rstrip(" |")) for r in decode for c in r[1:])  # tok/s (GB/s)
     if not torch.cuda.is_available():  # without --dry it needs a GPU, and says what to do instead
-        p = subprocess.run([sys.executable, "gpu_check.py"], cwd=ROOT, capture_output=True, text=True)
+        p = gpu_check()
         assert p.returncode != 0 and p.stderr.startswith("error: ") and "--dry" in p.stderr
 
 
 def test_a_spent_budget_skips_phases_and_says_so(tmp_path):
-    p = subprocess.run([sys.executable, "gpu_check.py", "--dry", f"--out={tmp_path}", "--budget=1"], cwd=ROOT,
-                       capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300)
+    p = gpu_check("--dry", f"--out={tmp_path}", "--budget=1")
     assert p.returncode == 0, p.stderr[-3000:]
     skipped = [line for line in p.stdout.splitlines() if "skipped, the 1 s budget is spent" in line]
-    assert len(skipped) == 9 and (tmp_path / "results.md").read_text() == p.stdout  # 7 designs and variants, decode, resume
+    assert len(skipped) == 12 and (tmp_path / "results.md").read_text() == p.stdout  # 9 rows, runs, decode x 2
+
+
+def test_only_some_parts(tmp_path):
+    p = gpu_check("--dry", f"--out={tmp_path}", "--only=runs,decode", "--budget=1")
+    assert p.returncode == 0 and p.stdout.count("skipped") == 3 and "\n| mha |" not in p.stdout
+    p = gpu_check("--dry", "--only=decode,kv")
+    assert p.returncode != 0 and p.stderr.startswith("error: --only=decode,kv: the parts are designs,")
