@@ -3,10 +3,19 @@ import os
 import shutil
 
 import pytest
+import torch
 
 import prepare
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):  # the workers share the cores (pytest.ini: -n auto)
+    torch.set_num_threads(max(1, CORES // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
+
+
+def pytest_xdist_auto_num_workers(config):
+    # a worker per core, at most 4: each holds torch, and many tests start training processes of their own
+    return max(1, min(4, CORES))
 
 
 @pytest.fixture(scope="session")
