@@ -39,7 +39,9 @@ class RMSNorm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
         inv = rms_inv(x)  # (..., 1)
-        y = (x.float() * inv).type_as(x)
+        y = x.float() * inv
+        if y.dtype != x.dtype:  # not a no-op .type_as(x): torch 2.11's compile then zeroes the gradient
+            y = y.to(x.dtype)
         ctx.save_for_backward(y, inv)
         return y
 

@@ -285,19 +285,22 @@ def test_defaults_follow_the_papers_ratios():
     assert GPTConfig(attn="mha", n_kv_head=3).n_kv_head == 6  # design-specific fields resolve
 
 
-def test_torch_compile_trains_every_design():
+def test_torch_compile_gives_eager_gradients_for_every_design():
+    # every parameter's gradient, compiled as train.py compiles (inductor) against eager, with random
+    # weights so that none is zero by init. torch 2.11's compile zeroed every gradient below the head
+    # (a no-op .type_as at the end of RMSNorm's forward); a test of the loss going down did not see it
     for attn in DESIGNS:
-        cfg = tiny(attn, n_layer=1, n_embd=32, block_size=16, mla_rope_dim=4, lrkv_rank=4)
-        torch.manual_seed(0)
-        model = GPT(cfg)
-        compiled = torch.compile(model)
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        idx = tokens(cfg)
-        _, loss = compiled(idx, idx)
-        loss.backward()
-        opt.step()
-        _, eager = model(idx, idx)
-        assert eager.item() < loss.item(), attn  # the compiled step's gradients improved the model
+        model = randomized(tiny(attn, n_layer=1, n_embd=32, block_size=16, mla_rope_dim=4, lrkv_rank=4)).train()
+        idx = tokens(model.cfg)
+        grads = []
+        for m in (model, torch.compile(model)):
+            m(idx, idx)[1].backward()
+            grads.append({n: p.grad for n, p in model.named_parameters()})
+            model.zero_grad(set_to_none=True)
+        eager, compiled = grads
+        for n, g in eager.items():
+            assert g.norm() > 0, (attn, n)
+            torch.testing.assert_close(compiled[n], g, rtol=1e-4, atol=1e-6, msg=f"{attn} {n}")
 
 
 @pytest.mark.parametrize("attn", DESIGNS)
