@@ -83,8 +83,8 @@ def sdpa_kernels(f):
 
 def check(attn, size=None, **variant):
     # size: (preset, batch) for a shape other than the check's own, e.g. the figure's 512m-8k
-    cfg = preset(size[0] if size and not dry else name, attn=attn, **shape, **variant)
-    B = size[1] if size and not dry else batch
+    shape_name, B = size if size and not dry else (name, batch)
+    cfg = preset(shape_name, attn=attn, **shape, **variant)
     torch.manual_seed(0)
     model = GPT(cfg).to(device)
     T = cfg.block_size
@@ -323,8 +323,9 @@ if "tokens" in args.only and not dry:  # dry: inductor's C++ build would take mi
 if "decode" in args.only:
     modes = ("eager",) if dry else ("eager", "compiled", "graphs")  # dry: inductor's C++ build would take minutes
     say(f"\ndecode tokens/s (cache GB/s), batch {decode_batch} (bench.decode_bench: each step over exactly that context)\n")
-    say("| mode @context | " + " | ".join(design_cfgs(preset(name, **shape))) + " |")
-    say("|" + "---|" * 7)
+    columns = list(design_cfgs(preset(name, **shape)))  # decode()'s, in its order
+    say("| mode @context | " + " | ".join(columns) + " |")
+    say("|" + "---|" * (1 + len(columns)))
     # eager first (no compiling), then the figure's 8K before 2K: each its own phase, written as measured
     for mode, N in [(m, N) for m in modes[:1] for N in contexts] + [(m, N) for N in contexts[::-1] for m in modes[1:]]:
         say(phase(f"decode {mode} @{N}", 30 if mode == "eager" else 75, lambda: decode(mode, N)))
