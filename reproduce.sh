@@ -39,14 +39,15 @@ if [ "${SWEEP:-}" = pareto ]; then
   plot=--pareto
 elif [ "${SWEEP:-}" = lr ]; then
   OUT=${OUT:-out/lr}
-  runs() {  # the figure's runs at several Muon rates; the AdamW rates stay the paper's
+  runs() {  # the figure's runs at several Muon rates; the AdamW rates stay the paper's. Only the final
+    # loss is compared, so they evaluate only at the end (the batches, and so the losses, are the same)
     for s in ${SEEDS:-0 1 2}; do
       for attn in ${DESIGNS:-mha lrkv mla gqa mqa}; do
         for m in ${LRS:-0.5 0.7 1 1.4 2}; do
           echo "${attn}_lr${m}_s$s --attn=$attn --matrix_lr=$(awk -v m="$m" 'BEGIN { print 0.02 * m }')"  # muon.MATRIX_LR
         done
       done
-    done
+    done | sed "s/$/ --eval_interval=600 --ckpt_interval=100/"
   }
   plot=--lr
 elif [ -n "${SWEEP:-}" ]; then

@@ -379,6 +379,7 @@ def test_lr_sweep_lists_every_design_rate_and_seed():
     assert rates["mha_lr1_s0"] == muon.MATRIX_LR and rates["mqa_lr2_s2"] == pytest.approx(2 * muon.MATRIX_LR)
     assert rates["lrkv_lr0.7_s1"] == pytest.approx(0.7 * muon.MATRIX_LR) and "--seed=1" in cmds[25 + 5 + 1]
     assert "--embed_lr" not in p.stdout and "--head_lr" not in p.stdout  # the AdamW rates are left as they are
+    assert all("--matrix_lr=" in c and " --eval_interval=600 --ckpt_interval=100 " in c for c in cmds)  # evals at the end
     p = subprocess.run(["bash", os.path.join(ROOT, "reproduce.sh")], env={**env, "LRS": "0.5 2", "SEEDS": "4",
                                                                         "DESIGNS": "mla"}, capture_output=True, text=True)
     assert [c.split("--run_name=")[1].split()[0] for c in p.stdout.splitlines()] == ["mla_lr0.5_s4", "mla_lr2_s4"]
