@@ -428,7 +428,7 @@ def lr_sweep(runs):
         own = [r for r in rows if r["attn"] == attn]
         best = min(own, key=lambda r: r["mean"] if r["mean"] is not None else math.inf)
         summary.append({"attn": attn, "label": STYLE[attn][0], "best": best["lr"], "runs": groups[(attn, best["lr"])],
-                        "paper_runs": paper, "n": len(seeds)})
+                        "paper_runs": paper, "n": len(seeds), "edge": len(rates) > 2 and best["lr"] in (rates[0], rates[-1])})
     base = next((s for s in summary if s["attn"] == "mha"), None)
     for s in summary:
         at_paper = seed_stats(s["paper_runs"], base and base["paper_runs"], step) if s["paper_runs"] else {}
@@ -463,7 +463,8 @@ def lr_tables(rows, summary, markdown=False):
     head2 = ["design", "seeds", "at the paper's rate: Δ MHA", "95% CI", "p", "own best rate (x paper)",
              "at own best: Δ MHA at its best", "95% CI", "p"]
     body2 = [[s["label"], str(s["n"]), *gap(s["paper"])[1:4],
-              f"{fmt(s['best'], '.4g')} (x{fmt(s['best'] / PAPER_MATRIX_LR, '.3g')})", *gap(s["own"])[1:4]]
+              f"{fmt(s['best'], '.4g')} (x{fmt(s['best'] / PAPER_MATRIX_LR, '.3g')}{', edge' if s['edge'] else ''})",
+              *gap(s["own"])[1:4]]
              for s in summary]
     return render(head, body, markdown) + "\n\n" + render(head2, body2, markdown)
 
@@ -671,7 +672,8 @@ def main(argv=None):
         notes = [f"final test loss at step {rows[0]['step']}, each design at each Muon rate (matrix_lr; the AdamW "
                  f"rates as the runs set them), over the seeds every design has at every rate", rule,
                  "Δ paper rate: the design at this rate minus itself at the paper's; own best: the rate of its lowest "
-                 "mean, chosen on the same seeds it is compared on (which flatters every design a little)"]
+                 "mean, chosen on the same seeds it is compared on (which flatters every design a little); edge: "
+                 "the lowest or highest rate swept, so the design's own optimum may lie beyond it"]
         name, md_name = "figure_lr", "lr.md"
     else:
         rows = summarize(runs)

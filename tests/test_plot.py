@@ -419,7 +419,8 @@ def test_lr_sweep_each_design_at_its_own_best_rate(tmp_path, capsys):
     assert s["lrkv"]["own"]["diff"] == pytest.approx(own["diff"]) and s["lrkv"]["own"]["p"] == pytest.approx(own["p"])
     assert s["lrkv"]["paper"]["established"] is True and s["lrkv"]["own"]["established"] is True  # the sign flips
     md = (d / "lr.md").read_text()
-    assert "| LRKV | 0.01 | 0.5 | 3 |" in md and "0.01 (x0.5)" in md
+    assert "| LRKV | 0.01 | 0.5 | 3 |" in md and "0.01 (x0.5, edge)" in md and "0.02 (x1) |" in md
+    assert s["lrkv"]["edge"] is True and s["mha"]["edge"] is False  # LRKV's best is the lowest rate swept
     fig, ax = plot.draw_lr(rows, summary)
     lines = {c.get_label(): c.lines[0] for c in ax.containers}
     assert sorted(lines) == ["LRKV", "Standard MHA"] and ax.get_xscale() == "log"
