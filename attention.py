@@ -65,11 +65,6 @@ def rope(x, cos, sin):
     return torch.addcmul(x * cos2, x.roll(x.size(-1) // 2, dims=-1), sin2)
 
 
-def at(cos, sin, T, pos):
-    # the RoPE tables of the new tokens: positions 0..T-1, or pos (T,)
-    return (cos[:T], sin[:T]) if pos is None else (cos[pos], sin[pos])
-
-
 def attend(q, k, v, scale=None, mask=None):
     # q (B, H, Tq, D), k (B, Hkv, Tk, D), v (B, Hkv, Tk, Dv) with Hkv dividing H -> (B, H, Tq, Dv)
     B, H, Tq, D = q.shape
@@ -124,7 +119,7 @@ class GroupedQueryAttention(nn.Module):
 
     def __init__(self, cfg):
         super().__init__()
-        self.H, self.Hkv, self.d_h = cfg.n_head, cfg.n_kv_head, cfg.head_dim
+        self.H, self.Hkv, self.d_h = cfg.n_head, cfg.kv_heads, cfg.head_dim
         self.scale = cfg.attn_scale / math.sqrt(self.d_h)  # QK-normed logits are bounded by attn_scale·√d_h
         self.c_q = nn.Linear(cfg.n_embd, self.H * self.d_h, bias=False)
         self.c_k = nn.Linear(cfg.n_embd, self.Hkv * self.d_h, bias=False)
@@ -133,7 +128,7 @@ class GroupedQueryAttention(nn.Module):
 
     def forward(self, x, cos, sin, cache=None, pos=None):
         B, T, C = x.size()
-        cos, sin = at(cos, sin, T, pos)
+        cos, sin = (cos[:T], sin[:T]) if pos is None else (cos[pos], sin[pos])  # the new tokens' angles
         q = self.c_q(x).view(B, T, self.H, self.d_h)  # (B, T, H, d_h)
         k = self.c_k(x).view(B, T, self.Hkv, self.d_h)  # (B, T, Hkv, d_h)
         v = self.c_v(x).view(B, T, self.Hkv, self.d_h)  # (B, T, Hkv, d_h)
@@ -233,6 +228,8 @@ class LRKV(nn.Module):
     K and V are separate weights, as in MHA; B_k, B_v stack the per-head B_h, (H·d_h, r), and are
     block-diagonal maps (head h's latent to head h's residual only): Muon treats them per head."""
 
+    per_head = ("B_k", "B_v")  # stacks of H per-head matrices: Muon orthogonalises each alone (muon.py)
+
     def __init__(self, cfg):
         super().__init__()
         self.H, self.d_h, self.r, self.factored = cfg.n_head, cfg.head_dim, cfg.lrkv_rank, cfg.lrkv_factored
@@ -245,7 +242,6 @@ class LRKV(nn.Module):
         self.U_v = nn.Linear(C, H * r, bias=False)  # [U_1^V .. U_H^V]
         self.B_k = nn.Parameter(torch.empty(H * d_h, r))  # [B_1^K; ..; B_H^K]
         self.B_v = nn.Parameter(torch.empty(H * d_h, r))
-        self.B_k.heads = self.B_v.heads = H  # Muon orthogonalises each head's block (muon.py)
         self.c_proj = nn.Linear(H * d_h, C, bias=False)
 
     @torch.no_grad()
@@ -261,49 +257,39 @@ class LRKV(nn.Module):
             U.mul_(s.view(H, 1, 1))
             B.mul_(s.view(H, 1, 1))
 
-    def project(self, x, cos, sin, cached):
-        """x (B, T, C) -> the normed, rotated queries q (B, T, H, d_h); X W_s^V (B, T, d_h); the
-        latents R_h = X U_h of K and V (B, T, H, r); K_h before RoPE and QK-norm (B, T, H, d_h) by
-        Eq. 2, K_h = X W_s^K + R_h B_hᵀ (factored: RoPE(X W_s^K) + R_h B_hᵀ); and RoPE(X W_s^K)
-        (B, T, d_h) where the key or the cache needs it."""
-        B, T, C = x.size()
-        H, r, d_h = self.H, self.r, self.d_h
-        q = norm(rope(self.c_q(x).view(B, T, H, d_h), cos, sin))
-        k_s, v_s = self.W_sk(x), self.W_sv(x)  # X W_s^K, X W_s^V
-        r_k, r_v = self.U_k(x).view(B, T, H, r), self.U_v(x).view(B, T, H, r)  # R_h = X U_h
-        k_s_rot = rope(k_s.unsqueeze(2), cos, sin).squeeze(2) if self.factored or cached else None
-        k = (k_s_rot if self.factored else k_s).unsqueeze(2) + torch.einsum("bthr,hdr->bthd", r_k, self.B_k.view(H, d_h, r))
-        return q, v_s, r_k, r_v, k, k_s_rot
-
-    @staticmethod
-    def cache_write(cache, pos, v_s, r_k, r_v, k, k_s_rot):
-        # the small cache, 2·d_h + 2·H·r + H: the shared key already rotated (RoPE is linear), the
-        # latents, and each head's 1/rms (QK-norm's divisor), so decode never rebuilds a key
-        k_inv = rms_inv(k).squeeze(-1).type_as(k)  # (B, T, H), as norm()
-        return cache.write(pos, k_s=k_s_rot, k_inv=k_inv, v_s=v_s, r_k=r_k, r_v=r_v)
-
     def forward(self, x, cos, sin, cache=None, pos=None):
-        if pos is not None:
-            return self.decode(x, cos, sin, cache, pos)
         B, T, C = x.size()
         H, r, d_h = self.H, self.r, self.d_h
-        q, v_s, r_k, r_v, k, k_s_rot = self.project(x, cos[:T], sin[:T], cache is not None)
-        if cache is not None:  # a prefill
-            self.cache_write(cache, None, v_s, r_k, r_v, k, k_s_rot)
-        # every head's K_h and V_h (Eqs. 2-3), then RoPE and QK-norm, and attention as MHA's
-        v = v_s.unsqueeze(2) + torch.einsum("bthr,hdr->bthd", r_v, self.B_v.view(H, d_h, r))  # (B, T, H, d_h)
-        k = norm(k if self.factored else rope(k, cos[:T], sin[:T]))
+        cos_t, sin_t = (cos[:T], sin[:T]) if pos is None else (cos[pos], sin[pos])  # the new tokens' angles
+        q = norm(rope(self.c_q(x).view(B, T, H, d_h), cos_t, sin_t))  # (B, T, H, d_h)
+        k_s, v_s = self.W_sk(x), self.W_sv(x)  # X W_s^K, X W_s^V: (B, T, d_h)
+        r_k, r_v = self.U_k(x).view(B, T, H, r), self.U_v(x).view(B, T, H, r)  # R_h = X U_h: (B, T, H, r)
+        B_k, B_v = self.B_k.view(H, d_h, r), self.B_v.view(H, d_h, r)  # (H, d_h, r): B_h of each head
+        cached = cache is not None
+        k_s_rot = rope(k_s.unsqueeze(2), cos_t, sin_t).squeeze(2) if self.factored or cached else None
+        # every head's key and value, (B, T, H, d_h): K_h = X W_s^K + R_h^K B_h^Kᵀ (Eq. 2; factored:
+        # RoPE(X W_s^K) + R_h^K B_h^Kᵀ) and V_h = X W_s^V + R_h^V B_h^Vᵀ (Eq. 3). Decoding needs only
+        # the new keys' norms: it reads the values' parts from the cache (Eq. 7)
+        k = (k_s_rot if self.factored else k_s).unsqueeze(2) + torch.einsum("bthr,hdr->bthd", r_k, B_k)
+        v = v_s.unsqueeze(2) + torch.einsum("bthr,hdr->bthd", r_v, B_v) if pos is None else None
+        if cached:
+            # the small cache, 2·d_h + 2·H·r + H: the shared key already rotated (RoPE is linear), the
+            # latents, and each head's 1/rms (QK-norm's divisor), so decode never rebuilds a key
+            k_inv = rms_inv(k).squeeze(-1).type_as(k)  # (B, T, H), as norm()
+            c, mask = cache.write(pos, k_s=k_s_rot, k_inv=k_inv, v_s=v_s, r_k=r_k, r_v=r_v)
+            if pos is not None:
+                return self.decode(q, c, mask, cos, sin)
+        # training and prefill: RoPE and QK-norm of the full keys, then attention as MHA's
+        k = norm(k if self.factored else rope(k, cos_t, sin_t))
         y = attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), self.scale)  # (B, H, T, d_h)
         return self.c_proj(y.transpose(1, 2).reshape(B, T, H * d_h))
 
-    def decode(self, x, cos, sin, cache, pos):
-        """Exactly, from the small cache alone: the scores q·K_h / rms(K_h) as (shared part +
-        residual part) · k_inv, and the values by Eq. 7; no K_h or V_h of a cached token is rebuilt."""
-        B, T, C = x.size()
-        H, r, d_h = self.H, self.r, self.d_h
-        B_k, B_v = self.B_k.view(H, d_h, r), self.B_v.view(H, d_h, r)
-        q, *new = self.project(x, cos[pos], sin[pos], True)
-        c, mask = self.cache_write(cache, pos, *new)
+    def decode(self, q, c, mask, cos, sin):
+        """Exactly, from the small cache c alone: the scores q·K_h / rms(K_h) as (shared part +
+        residual part) · k_inv, and the values by Eq. 7; no K_h or V_h of a cached token is rebuilt.
+        q (B, T, H, d_h) normed and rotated; cos/sin the tables of every position."""
+        B, T, H, d_h = q.shape
+        B_k, B_v = self.B_k.view(H, d_h, self.r), self.B_v.view(H, d_h, self.r)
         att = q.transpose(1, 2) @ c["k_s"].unsqueeze(1).transpose(-2, -1)  # (B, H, T, Tk): q·RoPE_s(K_s)
         if self.factored:  # the residual is not rotated: B_h moves into the query, Eq. 6
             qB = torch.einsum("bthd,hdr->bthr", q, B_k)  # (B, T, H, r): q B_h
@@ -336,6 +322,3 @@ class LRKV(nn.Module):
         qB = torch.einsum("sf,bthfr->bhtsr", trig, P)  # (B, H, T, Tk, r): B_hᵀ RoPE_s⁻¹(q) for every s
         return torch.einsum("bhtsr,bshr->bhts", qB, r_k)
 
-
-ATTENTION = {"mha": GroupedQueryAttention, "gqa": GroupedQueryAttention,
-             "mqa": GroupedQueryAttention, "mla": MLA, "lrkv": LRKV}

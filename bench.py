@@ -19,7 +19,7 @@ import argparse
 import os
 import statistics
 import time
-from dataclasses import asdict, replace
+from dataclasses import replace
 
 import torch
 import torch.distributed as dist
@@ -27,16 +27,17 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import flops
-from common import DESIGNS, autocast, device_name, fail, native_bf16, resolve_device, resolve_dtype, setting, torch_dtype
-from model import GPT, GPTConfig, LinearCrossEntropy, PRESETS, preset
-from muon import EMBED_LR, DistMuon, Muon, heads, newton_schulz_dtype, ns_flops, optimizers
+from common import (DESIGNS, ArgumentParser, autocast, count, device_name, fail, native_bf16, resolve_device,
+                    resolve_dtype, setting, torch_dtype)
+from model import GPT, LinearCrossEntropy, PRESETS, preset
+from muon import EMBED_LR, DistMuon, Muon, newton_schulz_dtype, ns_flops, optimizers
 
 
 def design_cfgs(cfg):
     """{design: config} at cfg's shape, each keeping cfg's settings (GQA's K/V heads, r, d_c), and
-    the factored LRKV as "lrkv-f". cfg is a GQA config, so that its n_kv_head is GQA's."""
-    out = {a: GPTConfig(**{**asdict(cfg), "attn": a, "lrkv_factored": False}) for a in DESIGNS}
-    out["lrkv-f"] = GPTConfig(**{**asdict(out["lrkv"]), "lrkv_factored": True})
+    the factored LRKV as "lrkv-f"."""
+    out = {a: replace(cfg, attn=a, lrkv_factored=False) for a in DESIGNS}
+    out["lrkv-f"] = replace(out["lrkv"], lrkv_factored=True)
     return out
 
 
@@ -107,68 +108,83 @@ class Reference(nn.Module):
         return None, LinearCrossEntropy.apply(self.ln_f(x).flatten(0, 1), self.lm_head.weight, targets.reshape(-1))
 
 
-def bench_train(args, cfg, device, dtype):
-    """Per model: one training step (forward + backward, then clipping and Muon + AdamW, as train.py)
-    a round; the median over rounds, ratios to MHA and to the reference, the optimiser's share, and
-    the memory of a step (CUDA: its peak; elsewhere the activations saved for backward, each storage once)."""
-    from prepare import load_split, prepare, windows
-    amp, ns_dtype = autocast(device, dtype), newton_schulz_dtype(args.muon_dtype, native_bf16(device))
-    timed = timer(device)
-    names = DESIGNS + ["gpt2"]
+def train_models(cfg, device, ns_dtype, compile):
+    """{name: (config, model, what a step runs, optimisers)}: the designs and the reference at cfg's
+    shape, each with train.py's optimisers."""
     models = {}
-    for name in names:
-        c = replace(cfg, attn=name if name in DESIGNS else "mha", n_kv_head=cfg.n_kv_head if name == "gqa" else None)
+    for name in list(DESIGNS) + ["gpt2"]:
+        c = replace(cfg, attn=name if name in DESIGNS else "mha")
         model = (Reference if name == "gpt2" else GPT)(c).to(device)
         opts = optimizers(model, ns_dtype, shared=False)  # Muon: h.*; AdamW: wte, lm_head, gains
-        rest = [p for n, p in model.named_parameters() if not n.startswith("h.") and n not in ("wte.weight", "lm_head.weight")]
+        rest = [p for n, p in model.named_parameters()
+                if not n.startswith("h.") and n not in ("wte.weight", "lm_head.weight")]
         if rest:  # the reference's positions and final LayerNorm: AdamW, no decay
             opts[1].add_param_group(dict(params=rest, lr=EMBED_LR, weight_decay=0.0))
         # dynamic=False: each model its own static graph, as a training run compiles it
-        models[name] = (c, model, torch.compile(model, dynamic=False) if args.compile else model, opts)
+        models[name] = (c, model, torch.compile(model, dynamic=False) if compile else model, opts)
+    return models
+
+
+def train_step(model, run, opts, x, amp, timed):
+    """One training step on x, as train.py takes it -> (seconds of forward + backward, of clipping +
+    optimiser steps)."""
+    def fwd_bwd():
+        with amp:
+            _, loss = run(x, x)
+        loss.backward()
+
+    def update():
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        for o in opts:
+            o.step()
+        model.zero_grad(set_to_none=True)
+    return timed(fwd_bwd), timed(update)
+
+
+def step_memory_mb(step, model, x, amp, device):
+    """The memory of a training step: on CUDA the peak of one (step() takes it); elsewhere the
+    activations a forward saves for backward, each storage once."""
+    if device.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats()
+        step()
+        return torch.cuda.max_memory_allocated() / 2**20
+    saved = {}
+
+    def pack(t):
+        saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), amp:
+        model(x, x)
+    for p in model.parameters():  # parameters are not activations
+        saved.pop(p.untyped_storage().data_ptr(), None)
+    return sum(saved.values()) / 2**20
+
+
+def bench_train(args, cfg, device, dtype):
+    """Per model: one training step (forward + backward, then clipping and Muon + AdamW, as train.py)
+    a round; the median over rounds, ratios to MHA and to the reference, the optimiser's share, and
+    the memory of a step (step_memory_mb)."""
+    from prepare import load_split, prepare, windows
+    amp, ns_dtype = autocast(device, dtype), newton_schulz_dtype(args.muon_dtype, native_bf16(device))
+    timed = timer(device)
+    models = train_models(cfg, device, ns_dtype, args.compile)
+    names = list(models)
     x = torch.randint(0, cfg.vocab_size, (args.batch_size, cfg.block_size), device=device)
-
-    def step(model, run, opts):  # -> (seconds of forward + backward, of clipping + optimiser steps)
-        def fwd_bwd():
-            with amp:
-                _, loss = run(x, x)
-            loss.backward()
-
-        def update():
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            for o in opts:
-                o.step()
-            model.zero_grad(set_to_none=True)
-        return timed(fwd_bwd), timed(update)
-
-    def memory_mb(model, run, opts):
-        if device.startswith("cuda"):
-            torch.cuda.reset_peak_memory_stats()
-            step(model, run, opts)
-            return torch.cuda.max_memory_allocated() / 2**20
-        saved = {}
-
-        def pack(t):
-            saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-            return t
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), amp:
-            model(x, x)
-        for p in model.parameters():  # parameters are not activations
-            saved.pop(p.untyped_storage().data_ptr(), None)
-        return sum(saved.values()) / 2**20
-
-    memory = {n: memory_mb(*m[1:]) for n, m in models.items()}
+    step = lambda name: train_step(*models[name][1:], x, amp, timed)  # noqa: E731
+    memory = {n: step_memory_mb(lambda: step(n), models[n][1], x, amp, device) for n in names}
     data = load_split(prepare("shakespeare", "byte", args.data_dir), "train")
     times, t_data = {n: [] for n in names}, []
     for r in range(args.rounds + 2):  # two warm-up rounds (compiling, the allocator)
         for name in names[r % len(names):] + names[:r % len(names)]:
-            t = step(*models[name][1:])
+            t = step(name)
             if r >= 2:
                 times[name].append(t)
         t_data.append(timed(lambda: windows(data, 0, r, args.batch_size, cfg.block_size).to(device)))
 
     print(f"preset {args.preset}, batch {args.batch_size}x{cfg.block_size}, {device_name(device)}, "
-          f"{torch.get_num_threads()} threads, {'compiled' if args.compile else 'eager'}, {dtype}, Newton-Schulz in "
-          f"{str(ns_dtype)[6:]}, median of {args.rounds} rounds, load average {os.getloadavg()[0]:.1f}")
+          f"{torch.get_num_threads()} threads, {'compiled' if args.compile else 'eager'}, {dtype}, "
+          f"Newton-Schulz in {str(ns_dtype)[6:]}, median of {args.rounds} rounds, "
+          f"load average {os.getloadavg()[0]:.1f}")
     mem = "peak MB" if device.startswith("cuda") else "saved MB"
     print(f"{'design':6} {'tokens/s':>10} {'vs MHA':>7} {'vs GPT-2':>8} {'fwd+bwd ms':>10} {'optim ms':>9} "
           f"{'optim %':>8} {mem:>9} {'train MFLOP/tok':>15}")
@@ -177,8 +193,8 @@ def bench_train(args, cfg, device, dtype):
         fb, opt = (statistics.median(t[i] for t in times[name]) for i in (0, 1))
         mflop = "-" if name == "gpt2" else f"{flops.train_flops_per_token(c) / 1e6:.2f}"
         print(f"{name:6} {x.numel() / total[name]:10,.0f} {total['mha'] / total[name]:6.2f}x "
-              f"{total['gpt2'] / total[name]:7.2f}x {1e3 * fb:10.1f} {1e3 * opt:9.1f} {100 * opt / (fb + opt):7.1f}% "
-              f"{memory[name]:9.1f} {mflop:>15}")
+              f"{total['gpt2'] / total[name]:7.2f}x {1e3 * fb:10.1f} {1e3 * opt:9.1f} "
+              f"{100 * opt / (fb + opt):7.1f}% {memory[name]:9.1f} {mflop:>15}")
     print(f"data loader (prepare.windows, as train.py): {1e3 * statistics.median(t_data):.2f} ms a step, "
           f"{100 * statistics.median(t_data) / total['mha']:.2f}% of MHA's step")
 
@@ -262,18 +278,15 @@ def print_kv(args, cfg, device, dtype):
 
 
 def print_decode(args, cfg, device, dtype):
-    contexts, modes = args.contexts, args.modes.split(",")
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    res = decode_bench(cfg, contexts, args.steps, device, torch_dtype(dtype), no_cache=args.no_cache, modes=modes)
+    contexts, modes, nc = args.contexts, args.modes.split(","), args.no_cache
+    res = decode_bench(cfg, contexts, args.steps, device, torch_dtype(dtype), no_cache=nc, modes=modes)
     # other processes on the cores wreck CPU timings: show the load the run started under
-    where = device_name(device) + ("" if device.startswith("cuda") else
-                                   f", {torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.1f}")
-    print(f"decode, batch 1, {dtype}; preset {args.preset}: {shape(cfg)}; {where}; median of {args.steps} steps "
-          f"after warm-up, designs and modes interleaved")
-    print("per context: ms/token, tokens/s, tokens/s vs MHA, forward MFLOP per token (flops.decode_flops_per_token)"
-          + (", ms/token without a cache (full forward)" if args.no_cache else ""))
-    nc = args.no_cache
+    where = device_name(device) + ("" if device.startswith("cuda") else f", {torch.get_num_threads()} "
+                                   f"threads, load average {os.getloadavg()[0]:.1f}")
+    print(f"decode, batch 1, {dtype}; preset {args.preset}: {shape(cfg)}; {where}; median of {args.steps} "
+          f"steps after warm-up, designs and modes interleaved")
+    print("per context: ms/token, tokens/s, tokens/s vs MHA, forward MFLOP per token "
+          "(flops.decode_flops_per_token)" + (", ms/token without a cache (full forward)" if nc else ""))
     head = f"{'ms':>7} {'tok/s':>6} {'vs MHA':>6} {'MFLOP':>6}" + (f" {'no-cache':>8}" if nc else "")
     cell = lambda r: (f"{r['ms']:7.3f} {r['tok_s']:6.0f} {r['vs_mha']:5.2f}x {r['mflop']:6.2f}"  # noqa: E731
                       + (f" {r['ms_no_cache']:8.3f}" if nc else ""))
@@ -294,7 +307,7 @@ def muon_flops(cfg):
     with torch.device("meta"):
         model = GPT(cfg)
     muon = optimizers(model, torch.float32, shared=False)[0]
-    return sum(ns_flops(*p.shape, heads(p)) for g in muon.param_groups for p in g["params"])
+    return sum(ns_flops(*p.shape, g["heads"]) for g in muon.param_groups for p in g["params"])
 
 
 def bench_muon(args, cfg):
@@ -304,7 +317,7 @@ def bench_muon(args, cfg):
     if "RANK" in os.environ:
         dist.init_process_group("gloo")
     world = dist.get_world_size() if dist.is_initialized() else 1
-    cfg = replace(cfg, attn="mha", n_kv_head=None)
+    cfg = replace(cfg, attn="mha")
     torch.manual_seed(0)
     model = GPT(cfg)
     run = DDP(model) if world > 1 else model
@@ -346,30 +359,30 @@ def bench_muon(args, cfg):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.error = lambda msg: fail(f"{msg}; see --help")  # one line, as every bad input
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("what", nargs="?", default="train", choices=["train", "decode", "kv", "muon"])
     p.add_argument("--preset", default="cpu", help=f"the shape: {', '.join(PRESETS)}")
     p.add_argument("--block_size", type=int, default=None, help="context; default the preset's")
-    p.add_argument("--batch_size", type=int, default=16, help="train, muon: sequences a step")
+    p.add_argument("--batch_size", type=count, default=16, help="train, muon: sequences a step")
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="auto", help="train: autocast; decode, kv: the weights and caches. "
                    "auto: bf16 on CUDA, fp32 on the CPU")
-    p.add_argument("--rounds", type=int, default=10, help="train: timed rounds")
+    p.add_argument("--rounds", type=count, default=10, help="train: timed rounds")
     p.add_argument("--compile", action="store_true", help="train: every model through torch.compile")
-    p.add_argument("--muon_dtype", default="auto", help="train: Newton-Schulz in auto, bf16 or fp32")
+    p.add_argument("--muon_dtype", default="auto", choices=["auto", "bf16", "fp32"],
+                   help="train: Newton-Schulz's precision")
     p.add_argument("--data_dir", default="data", help="train: where the embedded corpus is (prepared if not)")
     p.add_argument("--contexts", default=None, help="decode: e.g. 64,256,1024 (default block_size/4,/2,/1)")
-    p.add_argument("--steps", type=int, default=30, help="decode: timed steps per design and context")
-    p.add_argument("--modes", default="eager,compiled", help="decode: eager, compiled and/or graphs (CUDA graphs), side by side")
-    p.add_argument("--threads", type=int, default=None, help="decode: CPU threads (default torch's)")
+    p.add_argument("--steps", type=count, default=30, help="decode: timed steps per design and context")
+    p.add_argument("--modes", default="eager,compiled",
+                   help="decode: eager, compiled and/or graphs (CUDA graphs), side by side")
     p.add_argument("--no_cache", action="store_true", help="decode: add the cost of a token without a cache")
     p.add_argument("--context", type=int, default=None, help="kv: tokens prefilled (default block_size)")
     args = p.parse_args(argv)
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype, device)
     try:
-        cfg = preset(args.preset, attn="gqa")  # as GQA, so that its K/V heads survive; design_cfgs makes the rest
+        cfg = preset(args.preset)
         cfg = replace(cfg, block_size=args.block_size or cfg.block_size)
         B = cfg.block_size
         args.contexts = [int(c) for c in args.contexts.split(",")] if args.contexts else [B // 4, B // 2, B]

@@ -22,7 +22,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import (get_model_state_dict, get_optimizer_state_dict,
                                                      set_model_state_dict, set_optimizer_state_dict)
 
-from common import fail
+from common import DESIGNS, fail
 from model import GPT, GPTConfig
 
 
@@ -111,10 +111,12 @@ def meta_of(ckpt):
 
 
 def same_model(saved, config, what):
-    # a resume must build the model the run was trained with; the saved fields are resolved as
-    # GPTConfig resolves them, so a field added since the run was saved counts as its default
+    # a resume must build the model the run was trained with. The saved fields are resolved as
+    # GPTConfig resolves them, so a field added since the run was saved counts as its default;
+    # other designs' settings build nothing here (an older MHA log says n_kv_head=H)
     saved = asdict(GPTConfig(**{k: v for k, v in saved.items() if k in config}))
-    diff = [k for k, v in config.items() if saved.get(k) != v]
+    ignored = {f for d in DESIGNS.values() for f in d.settings} - set(DESIGNS[config["attn"]].settings)
+    diff = [k for k, v in config.items() if k not in ignored and saved.get(k) != v]
     if diff:
         fail(f"{what} with another model config ({', '.join(diff)} differ); pass the same flags or "
              f"start a new --run_name")

@@ -1,13 +1,35 @@
 """
-What the scripts share: the five designs and their labels, the device and precision a run
+What the scripts share: the table of the designs, the device and precision a run
 computes in, and how bad input is refused. Imports no torch at load time: plot.py uses it too.
 """
+import argparse
 import os
 import re
 import sys
+from typing import Callable, NamedTuple
 
-DESIGNS = ["mha", "lrkv", "mla", "gqa", "mqa"]  # the --attn choices, in the paper's Figure 4 order
-LABELS = {"mha": "Standard MHA", "lrkv": "LRKV", "mla": "MLA", "gqa": "GQA", "mqa": "MQA"}
+
+class Design(NamedTuple):
+    label: str  # in tables and the figure's legend
+    colour: str  # the paper's Figure 4 colour and line style
+    line: str
+    cls: str  # its class in attention.py
+    settings: tuple  # its own GPTConfig fields: runs that differ in one are two settings, never two seeds
+    show: Callable  # its setting as tables show it, from a config dict
+
+
+# What the repository knows about each design, one row each, in the paper's Figure 4 legend order.
+# The rest of the code reads it from here: --attn's choices, the model's class, the tables' labels,
+# the figure's lines, which runs are seeds of one setting; flops.py has the formulas of each class.
+DESIGNS = {
+    "mha": Design("Standard MHA", "tab:blue", "-", "GroupedQueryAttention", (), lambda c: f"kv={c['n_head']}"),
+    "lrkv": Design("LRKV", "tab:red", "-", "LRKV", ("lrkv_rank", "lrkv_factored"),
+                   lambda c: f"r={c['lrkv_rank']}" + (" factored" if c.get("lrkv_factored") else "")),
+    "mla": Design("MLA", "tab:purple", ":", "MLA", ("mla_kv_rank", "mla_rope_dim", "mla_q_rank", "mla_deepseek"),
+                  lambda c: f"d_c={c['mla_kv_rank']}" + (" DeepSeek" if c.get("mla_deepseek") else "")),
+    "gqa": Design("GQA", "tab:orange", "--", "GroupedQueryAttention", ("n_kv_head",), lambda c: f"kv={c['n_kv_head']}"),
+    "mqa": Design("MQA", "tab:green", "-", "GroupedQueryAttention", (), lambda c: "kv=1"),
+}
 
 
 def fail(msg):
@@ -16,16 +38,34 @@ def fail(msg):
     sys.exit(2)
 
 
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser, its errors one line through fail (argparse's own print a usage line first)."""
+
+    def error(self, message):
+        fail(f"{message}; see --help")
+
+
+def count(s):
+    """argparse type of a count of at least 1 (a batch, rounds, steps): 0 would divide by it."""
+    if int(s) < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {s}")
+    return int(s)
+
+
+def warn(msg):
+    print(f"warning: {msg}", file=sys.stderr)
+
+
 def setting(cfg):
-    """A design's own knob, for tables: its K/V heads, MLA's d_c or LRKV's r. cfg: a GPTConfig or
-    the dict a log's header holds."""
+    """A design's own knob, for tables (kv=2, r=13, d_c=32). cfg: a GPTConfig or a log header's dict."""
     c = cfg if isinstance(cfg, dict) else vars(cfg)
-    attn = c.get("attn")
-    if attn == "lrkv":
-        return f"r={c.get('lrkv_rank')}" + (" factored" if c.get("lrkv_factored") else "")
-    if attn == "mla":
-        return f"d_c={c.get('mla_kv_rank')}" + (" DeepSeek" if c.get("mla_deepseek") else "")
-    return f"kv={c.get('n_kv_head')}"
+    return DESIGNS[c["attn"]].show(c)
+
+
+def design_keys(attn):
+    # what makes two runs of a design two settings rather than two seeds: the design's own knobs
+    # and the MLP's width. Not another design's: MHA and MQA logs carry an n_kv_head they ignore.
+    return DESIGNS[attn].settings + ("mlp_hidden",)
 
 
 def resolve_device(device="auto", local_rank=0):

@@ -22,8 +22,11 @@ def fields(path):
         if line.startswith("#"):  # a section heading
             continue
         code, _, comment = line.partition("  # ")
-        for name in re.findall(r"(\w+)\s*=(?!=)", code):  # `a = b = None` names a and b
-            out[name] = comment.strip()
+        if code.strip():
+            names = re.findall(r"(\w+)\s*=(?!=)", code)  # `a = b = None` names a and b
+            out |= dict.fromkeys(names, comment.strip())
+        else:  # a comment carried on to the next line, aligned under its start
+            out |= {name: f"{out[name]} {comment.strip()}" for name in names}
     return out
 
 
@@ -41,7 +44,10 @@ def configure(path, g, argv, doc):
                 src = open(arg).read()
             except OSError:
                 fail(f"config file {arg} not found; see config/ for the presets")
-            exec(src, g)
+            try:
+                exec(compile(src, arg, "exec"), g)
+            except Exception as e:  # a config file is Python: its mistake is bad input too
+                fail(f"config file {arg}: {type(e).__name__}: {e}")
             continue
         key, eq, val = arg[2:].partition("=")
         if key not in meaning:
@@ -62,7 +68,9 @@ def configure(path, g, argv, doc):
         else:
             ok = type(val) is type(default)
         if not ok:
-            want = "True, False or auto" if key == "compile" else f"{type(default).__name__} like the default {default!r}"
+            want = ("True, False or auto" if key == "compile"
+                    else f"{type(default).__name__} like the default {default!r}")
             fail(f"--{key}={val!r}: expected {want}")
         g[key] = float(val) if isinstance(default, float) and val is not None else val
     return list(meaning)
+

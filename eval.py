@@ -16,13 +16,12 @@ import argparse
 import json
 import math
 import os
-import sys
 
 import torch
 import torch.distributed as dist
 
 from checkpoint import load_model
-from common import autocast, fail, resolve_device, resolve_dtype
+from common import ArgumentParser, count, autocast, fail, resolve_device, resolve_dtype
 
 
 @torch.no_grad()
@@ -65,16 +64,18 @@ def head_qk(attn):
     that head h scores x_i against x_j as x_iᵀ A_h x_j with A_h = W_Q,hᵀ W_K,h (d × d).
     An approximation of what attention uses: RoPE rotates q and k by position and QK-norm (MLA:
     the c_kv norm, and the c_q norm under query compression) rescales them per token, in between."""
-    H = attn.H
-    if hasattr(attn, "c_k"):  # mha / gqa / mqa: query head h reads K/V head h // (H / Hkv), as SDPA's enable_gqa
+    H, kind = attn.H, type(attn).__name__
+    if kind == "GroupedQueryAttention":  # query head h reads K/V head h // (H / Hkv), as enable_gqa
         Wq = attn.c_q.weight.view(H, attn.d_h, -1)
         Wk = attn.c_k.weight.view(attn.Hkv, attn.d_h, -1).repeat_interleave(H // attn.Hkv, dim=0)
         return Wq, Wk
-    if hasattr(attn, "W_sk"):  # lrkv: W_K,h = W_s^K + U_h B_hᵀ (Eq. 2), here transposed: W_s^K + B_h U_h
+    if kind == "LRKV":  # W_K,h = W_s^K + U_h B_hᵀ (Eq. 2), here transposed: W_s^K + B_h U_h
         d_h, r = attn.d_h, attn.r
         Wk = attn.W_sk.weight + attn.B_k.view(H, d_h, r) @ attn.U_k.weight.view(H, r, -1)  # (H, d_h, d)
         return attn.c_q.weight.view(H, d_h, -1), Wk
-    # mla: q_h = [q_nope_h, q_pe_h]; k_h = [W_uk,h W_dkv x, W_kr x], the RoPE key shared by all heads
+    if kind != "MLA":
+        raise ValueError(f"eval.head_qk has no query and key weights for {kind}: add them there")
+    # q_h = [q_nope_h, q_pe_h]; k_h = [W_uk,h W_dkv x, W_kr x], the RoPE key shared by all heads
     d_n, d_r, d_c = attn.d_n, attn.d_r, attn.d_c
     Wq = attn.W_uq.weight @ attn.W_dq.weight if hasattr(attn, "W_dq") else attn.c_q.weight
     W_uk = attn.W_uk.weight.view(H, d_n, d_c)  # (H, d_n, d_c)
@@ -118,17 +119,37 @@ def head_diversity(model):
     return rows
 
 
-
 def main(argv=None):
-    from prepare import load_split
     from tokenizer import get_tokenizer
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.error = lambda msg: fail(f"{msg}; see --help")  # one line, as every bad input
-    p.add_argument("checkpoint", help="a ckpt.pt written by train.py, a ckpt_STEP/ folder (--fsdp) or an --export folder")
+    args = arguments(argv)
+    device = resolve_device(args.device)
+    amp = autocast(device, resolve_dtype(args.dtype, device))
+    model, meta = load_model(args.checkpoint, device)
+    if "train_config" not in meta:
+        fail(f"{args.checkpoint} does not say how it was trained (its tokenizer): "
+             "export it with eval.py --export")
+    tok = get_tokenizer(meta["train_config"]["tokenizer"])
+    if args.export:
+        export(model, meta, args.export)
+    if args.tasks:
+        run_tasks(model, tok, amp, args)
+    if args.sample is not None:
+        print_sample(model, tok, amp, args, device)
+    if args.heads:
+        print_heads(model, args.checkpoint)
+    if args.sample is None and not (args.heads or args.tasks or args.export):  # the default: test loss
+        print_test_loss(model, meta, tok, amp, args, device)
+
+
+def arguments(argv):
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("checkpoint",
+                   help="a ckpt.pt written by train.py, a ckpt_STEP/ folder (--fsdp) or an --export folder")
     p.add_argument("--eval_tokens", type=int, default=None, help="default: the run's own")
-    p.add_argument("--batch_size", type=int, default=8)
+    p.add_argument("--batch_size", type=count, default=8)
     p.add_argument("--device", default="auto", help="auto: cuda if available, else cpu")
-    p.add_argument("--dtype", default="auto", help="autocast: auto = bf16 on CUDA (as train.py), fp32 on the CPU")
+    p.add_argument("--dtype", default="auto",
+                   help="autocast: auto = bf16 on CUDA (as train.py), fp32 on the CPU")
     p.add_argument("--sample", metavar="PROMPT", help="print a continuation of PROMPT ('' = from scratch)")
     p.add_argument("--max_new_tokens", type=int, default=None, help="default: 200, or what fits the context")
     p.add_argument("--temperature", type=float, default=0.8, help="0 = greedy")
@@ -136,65 +157,26 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--heads", action="store_true", help="head diversity of the checkpoint's attention")
     p.add_argument("--tasks", help="lm-evaluation-harness tasks, comma-separated, e.g. arc_easy,hellaswag")
-    p.add_argument("--limit", type=float, default=None, help="--tasks: at most this many items per task (<1: a fraction)")
-    p.add_argument("--num_fewshot", type=int, default=None, help="--tasks: examples in each prompt (default: the task's)")
+    p.add_argument("--limit", type=float, default=None,
+                   help="--tasks: at most this many items per task (<1: a fraction)")
+    p.add_argument("--num_fewshot", type=int, default=None,
+                   help="--tasks: examples in each prompt (default: the task's)")
     p.add_argument("--include_path", help="--tasks: a folder of your own task YAML files")
-    p.add_argument("--export", metavar="DIR", help="write the weights as DIR/model.safetensors and DIR/config.json")
-    moved = [a for a in (argv if argv is not None else sys.argv[1:]) if a.split("=")[0] in MOVED]
-    if moved:
-        fail(f"{moved[0].split('=')[0]} moved to bench.py: {MOVED[moved[0].split('=')[0]]}")
-    args = p.parse_args(argv)
-    device = resolve_device(args.device)
-    amp = autocast(device, resolve_dtype(args.dtype, device))
-    model, meta = load_model(args.checkpoint, device)
-    if "train_config" not in meta:
-        fail(f"{args.checkpoint} does not say how it was trained (its tokenizer): export it with eval.py --export")
-    tc, cfg = meta["train_config"], model.cfg
-    tok = get_tokenizer(tc["tokenizer"])
+    p.add_argument("--export", metavar="DIR",
+                   help="write the weights as DIR/model.safetensors and DIR/config.json")
+    return p.parse_args(argv)
 
-    if args.export:
-        try:  # the run's step and training config ride in the safetensors header
-            model.save_pretrained(args.export, {"nanokv": json.dumps({"step": meta["step"], "train_config": tc})})
-        except ImportError:
-            fail("--export writes safetensors: pip install safetensors")
-        print(f"wrote {os.path.join(args.export, 'model.safetensors')} and config.json; "
-              f"load it with model.GPT.from_pretrained({args.export!r}) or pass the folder to eval.py")
 
-    if args.tasks:
-        run_tasks(model, tok, amp, args)
-
-    if args.sample is not None:
-        ids = tok.encode(args.sample) or [tok.eot]  # an empty prompt starts a new document
-        n = args.max_new_tokens if args.max_new_tokens is not None else min(200, cfg.block_size - len(ids))
-        g = torch.Generator(device).manual_seed(args.seed)
-        try:
-            with amp:
-                out = model.generate(torch.tensor([ids]), n, args.temperature, args.top_k, generator=g)
-        except ValueError as e:
-            fail(e)
-        print(tok.decode(out[0].tolist()))
-
-    if args.heads:
-        rows = head_diversity(model)
-        print(f"head diversity, {args.checkpoint} ({cfg.attn}, {cfg.n_layer} layers x {cfg.n_head} heads): effective "
-              "rank of the Gram matrix of A_h = W_Q,h W_K,hᵀ, % of H (paper §4.3, Table 3).")
-        print("approximate: RoPE and QK-norm act between the projections and the scores, so attention does "
-              "not use exactly these bilinear forms")
-        print(f"{'layer':>5} {'uncentred':>9} {'centred':>8} {'mean similarity':>15}")
-        for r in rows:
-            print(f"{r['layer']:5d} {r['uncentred']:8.1f}% {r['centred']:7.1f}% {r['mean_sim']:15.3f}")
-        mean = lambda k: sum(r[k] for r in rows) / len(rows)  # noqa: E731
-        print(f"{'mean':>5} {mean('uncentred'):8.1f}% {mean('centred'):7.1f}% {mean('mean_sim'):15.3f}")
-
-    if args.sample is None and not (args.heads or args.tasks or args.export):  # the default: test loss
-        try:
-            val = load_split(os.path.join(tc["data_dir"], f"{tc['dataset']}_{tc['tokenizer']}"), "val")
-        except FileNotFoundError as e:
-            fail(e)
-        with amp:
-            loss, bpb = evaluate(model, val, cfg.block_size, args.batch_size, args.eval_tokens or tc["eval_tokens"],
-                                 tok.token_bytes(), device)
-        print(f"{args.checkpoint}: step {meta['step']}, {cfg.attn}: test loss {loss:.4f}, {bpb:.4f} bits/byte")
+def export(model, meta, path):
+    header = {"step": meta["step"], "train_config": meta["train_config"]}
+    try:  # the run's step and training config ride in the safetensors header
+        model.save_pretrained(path, {"nanokv": json.dumps(header)})
+    except ImportError:
+        fail("--export writes safetensors: pip install safetensors")
+    except OSError as e:
+        fail(f"--export={path}: {e}")
+    print(f"wrote {os.path.join(path, 'model.safetensors')} and config.json; "
+          f"load it with model.GPT.from_pretrained({path!r}) or pass the folder to eval.py")
 
 
 def run_tasks(model, tok, amp, args):
@@ -219,10 +201,43 @@ def run_tasks(model, tok, amp, args):
     print(make_table(results))
 
 
-# flags of earlier versions, now bench.py's: one line says where they went
-MOVED = {"--kv": "python bench.py kv --preset=NAME [--context=N]",
-         "--decode-bench": "python bench.py decode --preset=NAME [--contexts=64,256,1024]",
-         "--preset": "python bench.py kv|decode --preset=NAME"}
+def print_sample(model, tok, amp, args, device):
+    ids = tok.encode(args.sample) or [tok.eot]  # an empty prompt starts a new document
+    n = args.max_new_tokens if args.max_new_tokens is not None else min(200, model.cfg.block_size - len(ids))
+    g = torch.Generator(device).manual_seed(args.seed)
+    try:
+        with amp:
+            out = model.generate(torch.tensor([ids]), n, args.temperature, args.top_k, generator=g)
+    except ValueError as e:
+        fail(e)
+    print(tok.decode(out[0].tolist()))
+
+
+def print_heads(model, path):
+    rows, cfg = head_diversity(model), model.cfg
+    print(f"head diversity, {path} ({cfg.attn}, {cfg.n_layer} layers x {cfg.n_head} heads): effective "
+          "rank of the Gram matrix of A_h = W_Q,h W_K,hᵀ, % of H (paper §4.3, Table 3).")
+    print("approximate: RoPE and QK-norm act between the projections and the scores, so attention does "
+          "not use exactly these bilinear forms")
+    print(f"{'layer':>5} {'uncentred':>9} {'centred':>8} {'mean similarity':>15}")
+    for r in rows:
+        print(f"{r['layer']:5d} {r['uncentred']:8.1f}% {r['centred']:7.1f}% {r['mean_sim']:15.3f}")
+    mean = lambda k: sum(r[k] for r in rows) / len(rows)  # noqa: E731
+    print(f"{'mean':>5} {mean('uncentred'):8.1f}% {mean('centred'):7.1f}% {mean('mean_sim'):15.3f}")
+
+
+def print_test_loss(model, meta, tok, amp, args, device):
+    from prepare import load_split
+    tc, cfg = meta["train_config"], model.cfg
+    try:
+        val = load_split(os.path.join(tc["data_dir"], f"{tc['dataset']}_{tc['tokenizer']}"), "val")
+    except FileNotFoundError as e:
+        fail(e)
+    with amp:
+        loss, bpb = evaluate(model, val, cfg.block_size, args.batch_size,
+                             args.eval_tokens or tc["eval_tokens"], tok.token_bytes(), device)
+    print(f"{args.checkpoint}: step {meta['step']}, {cfg.attn}: test loss {loss:.4f}, {bpb:.4f} bits/byte")
+
 
 if __name__ == "__main__":
     main()

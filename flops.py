@@ -10,47 +10,56 @@ import runpy
 import sys
 from dataclasses import replace
 
-from common import DESIGNS, setting
+from common import DESIGNS, fail, setting
 from model import LOSS_CHUNK, PRESETS, preset
 
 
-def kv_params_per_layer(cfg):
-    """Weights that make keys and values, one layer."""
-    d, H, d_h = cfg.n_embd, cfg.n_head, cfg.head_dim
-    if cfg.attn == "mla":  # W_dkv: d -> c_kv, W_kr: d -> k_pe;  W_uk, W_uv: c_kv -> k_nope, v per head
-        d_c, d_r = cfg.mla_kv_rank, cfg.mla_rope_dim
-        return d * (d_c + d_r) + d_c * H * (mla_nope_dim(cfg) + d_h) + norm_params_per_layer(cfg)
-    if cfg.attn == "lrkv":  # Eq. 10: shared W_s^{K,V} plus per-head U_h, B_h for K and V
-        return 2 * d * d_h + 2 * H * cfg.lrkv_rank * (d + d_h)
-    return 2 * cfg.n_kv_head * d * d_h  # mha / gqa / mqa
-
-
-def mla_nope_dim(cfg):
-    # d_n: DeepSeek's widths keep the content key d_h wide; equal widths make d_n + d_r = d_h
-    return cfg.head_dim if cfg.mla_deepseek else cfg.head_dim - cfg.mla_rope_dim
+def attention_counts(cfg):
+    """What the formulas below need of a design's attention, one layer, by its class in attention.py:
+        q, kv     weights that make the queries, and the keys and values
+        gains     learnable norm weights among them (AdamW's, multiplied elementwise: no FLOPs)
+        d_qk      query/key width per head (the value is d_h wide in every design)
+        cache     elements one token adds to the KV cache (attention.py's table)
+        decode    FLOPs of the decode step's attention per cached token, as its code computes it
+        decode_w  weights the decode step multiplies beyond the layer's own (2 FLOPs each)"""
+    d, H, d_h, kind = cfg.n_embd, cfg.n_head, cfg.head_dim, DESIGNS[cfg.attn].cls
+    if kind == "GroupedQueryAttention":  # mha, gqa, mqa: kv_heads full K/V heads, scores and values
+        Hkv = cfg.kv_heads
+        return dict(q=d * H * d_h, kv=2 * Hkv * d * d_h, gains=0, d_qk=d_h, cache=2 * Hkv * d_h,
+                    decode=4 * H * d_h, decode_w=0)
+    if kind == "MLA":
+        # W_dkv: d -> c_kv, W_kr: d -> k_pe; W_uk, W_uv: c_kv -> k_nope, v per head. d_n: DeepSeek's
+        # widths keep the content key d_h wide, equal widths make d_n + d_r = d_h. The cache: c_kv
+        # and the shared rotated k_pe. Absorbed decode works in the latent space: scores
+        # 2·H·(d_c + d_r), values 2·H·d_c per cached token
+        d_c, d_r, q_rank = cfg.mla_kv_rank, cfg.mla_rope_dim, cfg.mla_q_rank
+        d_qk = (d_h if cfg.mla_deepseek else d_h - d_r) + d_r
+        gains = d_c if cfg.mla_deepseek else 0  # kv_norm's weight
+        return dict(q=d * q_rank + q_rank * H * d_qk if q_rank else d * H * d_qk,
+                    kv=d * (d_c + d_r) + d_c * H * (d_qk - d_r + d_h) + gains, gains=gains, d_qk=d_qk,
+                    cache=d_c + d_r, decode=2 * H * (d_c + d_r) + 2 * H * d_c, decode_w=0)
+    if kind == "LRKV":
+        # Eq. 10: shared W_s^{K,V} plus per-head U_h, B_h for K and V. The cache: X W_s^{K,V} and
+        # R_h^{K,V} of every head (the paper's 2·d_h + 2·H·r) and each head's key norm (H). Decode:
+        # shared scores and values 4·H·d_h, B_hᵀ RoPE_s⁻¹ q at every position 2·H·r·d_h, its dot
+        # with R_h^K and the value latents 4·H·r. Factored: 4·H·(d_h + r), and B_k twice more
+        # (the new key's norm, and q B_h once)
+        r = cfg.lrkv_rank
+        decode = 4 * H * (d_h + r) if cfg.lrkv_factored else 4 * H * d_h + 2 * H * r * d_h + 4 * H * r
+        return dict(q=d * H * d_h, kv=2 * d * d_h + 2 * H * r * (d + d_h), gains=0, d_qk=d_h,
+                    cache=2 * d_h + 2 * H * r + H, decode=decode, decode_w=H * d_h * r if cfg.lrkv_factored else 0)
+    raise ValueError(f"flops.py has no formulas for {kind} (--attn={cfg.attn}): add them to flops.attention_counts")
 
 
 def d_qk(cfg):
-    # query/key width per head: MLA's [q_nope, q_pe] is d_n + d_r, everyone else's d_h
-    return mla_nope_dim(cfg) + cfg.mla_rope_dim if cfg.attn == "mla" else cfg.head_dim
-
-
-def norm_params_per_layer(cfg):
-    # the one learnable gain: MLA's kv_norm weight with DeepSeek's widths (d_c numbers)
-    return cfg.mla_kv_rank if cfg.attn == "mla" and cfg.mla_deepseek else 0
-
-
-def q_params_per_layer(cfg):
-    d, H = cfg.n_embd, cfg.n_head
-    if cfg.attn == "mla" and cfg.mla_q_rank:
-        return d * cfg.mla_q_rank + cfg.mla_q_rank * H * d_qk(cfg)
-    return d * H * d_qk(cfg)
+    return attention_counts(cfg)["d_qk"]
 
 
 def params(cfg):
     """Every parameter: embedding, per layer (q, K/V path, output, MLP), head."""
     d = cfg.n_embd
-    layer = q_params_per_layer(cfg) + kv_params_per_layer(cfg) + d * d + 2 * d * cfg.mlp_hidden
+    a = attention_counts(cfg)
+    layer = a["q"] + a["kv"] + d * d + 2 * d * cfg.mlp_hidden
     return 2 * cfg.vocab_size * d + cfg.n_layer * layer
 
 
@@ -58,13 +67,13 @@ def match_params(cfg):
     """cfg with the MLP width that gives it standard MHA's parameter count at the same shape. The
     attention is left as it is; each unit of MLP width is 2·d parameters per layer, so the nearest
     width leaves the two counts under n_layer·d apart."""
-    mha = params(replace(cfg, attn="mha", n_kv_head=None, mlp_hidden=None))
+    mha = params(replace(cfg, attn="mha", mlp_hidden=None))
     own = params(replace(cfg, mlp_hidden=4 * cfg.n_embd))
     return replace(cfg, mlp_hidden=4 * cfg.n_embd + round((mha - own) / (2 * cfg.n_embd * cfg.n_layer)))
 
 
 def kv_params(cfg):
-    return cfg.n_layer * kv_params_per_layer(cfg)
+    return cfg.n_layer * attention_counts(cfg)["kv"]
 
 
 def train_flops_per_token(cfg):
@@ -73,32 +82,19 @@ def train_flops_per_token(cfg):
     no causal discount. LRKV multiplies X by W_s, U and then B (it never forms the full d×d_h
     per-head weight), so its count is lower than MHA's: exactly its parameters. A norm's gain
     multiplies elementwise, not in a matmul, and is not counted (nor by torch's counter)."""
-    matmul_weights = params(cfg) - cfg.vocab_size * cfg.n_embd - cfg.n_layer * norm_params_per_layer(cfg)
+    matmul_weights = params(cfg) - cfg.vocab_size * cfg.n_embd - cfg.n_layer * attention_counts(cfg)["gains"]
     return 6 * matmul_weights + 6 * cfg.n_layer * cfg.block_size * cfg.n_head * (d_qk(cfg) + cfg.head_dim)
 
 
 def decode_flops_per_token(cfg, T):
     """Forward FLOPs to generate one token that attends over T cached tokens (itself included):
     2 × every weight multiplied (absorbed MLA and LRKV's decode multiply the same weights, in
-    another order), plus each design's attention over the cache as its decode step computes it:
-        mha, gqa, mqa  scores and values                                    4·H·d_h·T
-        mla            absorbed: in the latent space, scores 2·H·(d_c + d_r)·T, values 2·H·d_c·T
-        lrkv           shared scores and values 4·H·d_h·T, B_hᵀ RoPE_s⁻¹ q at every position
-                       2·H·r·d_h·T, its dot with R_h^K and the value latents 4·H·r·T
-        lrkv factored  4·H·(d_h + r)·T, and q B_h once: 2·H·d_h·r
-    This is the math's count at context T; a static cache of max_len slots computes over all of them."""
-    H, d_h = cfg.n_head, cfg.head_dim
-    matmul_weights = params(cfg) - cfg.vocab_size * cfg.n_embd - cfg.n_layer * norm_params_per_layer(cfg)
-    if cfg.attn == "mla":
-        attn = 2 * H * (cfg.mla_kv_rank + cfg.mla_rope_dim) + 2 * H * cfg.mla_kv_rank
-    elif cfg.attn == "lrkv" and cfg.lrkv_factored:
-        attn = 4 * H * (d_h + cfg.lrkv_rank)
-        matmul_weights += cfg.n_layer * H * d_h * cfg.lrkv_rank  # B_k twice: the new key's norm, and q B_h
-    elif cfg.attn == "lrkv":
-        attn = 4 * H * d_h + 2 * H * cfg.lrkv_rank * d_h + 4 * H * cfg.lrkv_rank
-    else:
-        attn = 4 * H * d_h
-    return 2 * matmul_weights + cfg.n_layer * attn * T
+    another order) plus each design's attention over the cache as its decode step computes it
+    (attention_counts). This is the math's count at context T; a static cache of max_len slots
+    computes over all of them."""
+    a = attention_counts(cfg)
+    matmul_weights = params(cfg) - cfg.vocab_size * cfg.n_embd - cfg.n_layer * (a["gains"] - a["decode_w"])
+    return 2 * matmul_weights + cfg.n_layer * a["decode"] * T
 
 
 def paper_flops_per_token(cfg):
@@ -106,20 +102,8 @@ def paper_flops_per_token(cfg):
     return 6 * params(cfg)
 
 
-def kv_cache_elems_per_token(cfg):
-    """Elements one token adds to one layer's cache (attention.py's table)."""
-    d_h = cfg.head_dim
-    if cfg.attn == "mla":
-        return cfg.mla_kv_rank + cfg.mla_rope_dim  # c_kv and the shared rotated k_pe
-    if cfg.attn == "lrkv":
-        # X W_s^{K,V} and R_h^{K,V} for every head (the paper's 2·d_h + 2·H·r), plus each head's key
-        # norm, H numbers, which spare decode rebuilding every key (attention.py, LRKV)
-        return 2 * d_h + 2 * cfg.n_head * cfg.lrkv_rank + cfg.n_head
-    return 2 * cfg.n_kv_head * d_h
-
-
 def kv_cache_bytes_per_token(cfg, bytes_per_elem=2):
-    return cfg.n_layer * kv_cache_elems_per_token(cfg) * bytes_per_elem
+    return cfg.n_layer * attention_counts(cfg)["cache"] * bytes_per_elem
 
 
 def activation_bytes_per_token(cfg, checkpointing=False):
@@ -150,7 +134,7 @@ def memory_per_gpu(cfg, batch_size, world, fsdp, checkpointing=False):
     Plus activations, batch_size · block_size · activation_bytes_per_token, and the loss head's
     chunk of logits (bf16, fp32 and their gradient, 12 bytes each) and its weight gradient dW."""
     P, d, V = params(cfg), cfg.n_embd, cfg.vocab_size
-    A = 2 * V * d + cfg.n_layer * norm_params_per_layer(cfg)
+    A = 2 * V * d + cfg.n_layer * attention_counts(cfg)["gains"]
     M, block = P - A, (P - A) // cfg.n_layer  # hidden matrices; one block's
     states = 4 * P + 4 * P + 4 * M + 8 * A
     if fsdp:
@@ -165,7 +149,7 @@ def memory_per_gpu(cfg, batch_size, world, fsdp, checkpointing=False):
 
 def accounting(cfg):
     """What a run's log header records of its model, counted by the formulas above."""
-    mha = replace(cfg, attn="mha", n_kv_head=None)
+    mha = replace(cfg, attn="mha")
     return dict(params=params(cfg), kv_params=kv_params(cfg), flops_per_token=train_flops_per_token(cfg),
                 paper_flops_per_token=paper_flops_per_token(cfg), kv_bytes_per_token=kv_cache_bytes_per_token(cfg),
                 mha_kv_bytes_per_token=kv_cache_bytes_per_token(mha))
@@ -228,8 +212,8 @@ def table(name):
 
 if __name__ == "__main__":
     name = sys.argv[1] if len(sys.argv) > 1 else "512m-8k"
-    if name not in PRESETS:
-        sys.exit(f"unknown preset {name!r}; use one of {', '.join(PRESETS)}")
+    if name not in PRESETS or len(sys.argv) > 2:
+        fail(f"usage: python flops.py [preset]; the presets are {', '.join(PRESETS)}")
     c = preset(name)
     print(f"preset {name}: {c.n_layer} layers, {c.n_head} heads, d_model {c.n_embd}, "
           f"d_h {c.head_dim}, context {c.block_size}, vocab {c.vocab_size}; KV cache in bf16; "

@@ -20,7 +20,6 @@ within --budget; one that runs out is stopped and said so, and the next starts. 
 - variants: MLA at DeepSeek's widths and the factored LRKV, as the designs' rows;
 - 512m-8k: MHA and LRKV at the figure's 8K-context shape.
 """
-import argparse
 import json
 import os
 import signal
@@ -33,12 +32,12 @@ import torch
 
 import flops
 from bench import decode_bench, design_cfgs
-from common import DESIGNS, autocast as amp, device_name, native_bf16
+from common import ArgumentParser, DESIGNS, autocast as amp, device_name, fail, native_bf16
 from model import GPT, preset
 from muon import newton_schulz_dtype, optimizers
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
-p = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+p = ArgumentParser(description=__doc__.strip().splitlines()[0])
 p.add_argument("--dry", action="store_true", help="on the CPU at tiny shapes: checks the script, measures nothing")
 p.add_argument("--out", default="out/gpu_check", help="folder for results.md (written line by line) and results.jsonl")
 p.add_argument("--budget", type=float, default=480, help="seconds for the whole check: each phase has a limit within it")
@@ -47,9 +46,15 @@ p.add_argument("--only", default=",".join(PARTS), help="some of the parts, to re
 args = p.parse_args()
 args.only = args.only.split(",")
 if set(args.only) - set(PARTS):
-    sys.exit(f"error: --only={','.join(args.only)}: the parts are {','.join(PARTS)}")
+    fail(f"--only={','.join(args.only)}: the parts are {','.join(PARTS)}")
 if not args.dry and not torch.cuda.is_available():
-    sys.exit("error: this torch sees no CUDA GPU; run `python gpu_check.py --dry` to check the script on the CPU")
+    fail("this torch sees no CUDA GPU; run `python gpu_check.py --dry` to check the script on the CPU")
+try:  # the results files, emptied: written line by line as the check measures
+    os.makedirs(args.out, exist_ok=True)
+    for f in ("results.md", "results.jsonl"):
+        open(os.path.join(args.out, f), "w").close()
+except OSError as e:
+    fail(f"--out={args.out}: {e}")
 dry = args.dry
 device = "cpu" if dry else "cuda"
 if dry:  # tiny shapes; compile traces with dynamo only (inductor's C++ build would take minutes)
@@ -82,13 +87,22 @@ def sdpa_kernels(f):
 
 
 def check(attn, size=None, **variant):
-    # size: (preset, batch) for a shape other than the check's own, e.g. the figure's 512m-8k
+    """A design's row of the table: its training (train_measures), then its caches (cache_measures).
+    size: (preset, batch) for a shape other than the check's own, e.g. the figure's 512m-8k."""
     shape_name, B = size if size and not dry else (name, batch)
     cfg = preset(shape_name, attn=attn, **shape, **variant)
     torch.manual_seed(0)
     model = GPT(cfg).to(device)
-    T = cfg.block_size
-    x = torch.randint(0, cfg.vocab_size, (B, T), device=device)
+    x = torch.randint(0, cfg.vocab_size, (B, cfg.block_size), device=device)
+    # the optimisers and the compiled model are gone (train_measures' own) before the caches are measured
+    return dict(design=attn, **train_measures(model, x), **cache_measures(model, x))
+
+
+def train_measures(model, x):
+    """Training on x: a micro-step eager against compiled at the same weights (loss, gradient norm,
+    compile time), SDPA's kernel, tokens/s and MFU of compiled steps with train.py's optimisers,
+    their share of a step, and the peak memory against flops.memory_per_gpu."""
+    cfg, (B, T) = model.cfg, x.shape
     compiled = torch.compile(model, backend=backend)
     opts = optimizers(model, ns_dtype)
 
@@ -122,12 +136,26 @@ def check(attn, size=None, **variant):
         train_step(compiled)
     sync()
     tps = B * T * steps / (time.perf_counter() - t0)
-    split = []  # one step in two halves, three times: forward + backward, then the optimisers
+    fpt = flops.train_flops_per_token(cfg)
+    causal = fpt - 3 * cfg.n_layer * T * cfg.n_head * (flops.d_qk(cfg) + cfg.head_dim)  # half the core
+    return dict(tok_s=tps, mfu=fpt * tps / peak if peak else None,
+                mfu_causal=causal * tps / peak if peak else None,
+                opt_share=optimiser_share(compiled, model, opts, x),  # before the peak: its steps count
+                peak_gib=None if dry else torch.cuda.max_memory_allocated() / 2**30,
+                est_gib=flops.memory_per_gpu(cfg, B, 1, False) / 2**30, kernel_train=kernel_train,
+                loss_diff=abs(eager[0] - comp[0]), norm_diff=abs(eager[1] - comp[1]) / eager[1],
+                compile_s=compile_s)
+
+
+def optimiser_share(run, model, opts, x):
+    """The optimisers' share of a training step: the median of three, each timed in two halves,
+    forward + backward, then the optimisers."""
+    split = []
     for _ in range(3):
         sync()
         t0 = time.perf_counter()
         with autocast:
-            compiled(x, x)[1].backward()
+            run(x, x)[1].backward()
         sync()
         t1 = time.perf_counter()
         for o in opts:
@@ -135,25 +163,22 @@ def check(attn, size=None, **variant):
         model.zero_grad(set_to_none=True)
         sync()
         split.append((time.perf_counter() - t1) / (time.perf_counter() - t0))
-    fpt = flops.train_flops_per_token(cfg)
-    causal = fpt - 3 * cfg.n_layer * T * cfg.n_head * (flops.d_qk(cfg) + cfg.head_dim)  # half the attention core
-    row = dict(design=attn, tok_s=tps, mfu=fpt * tps / peak if peak else None,
-               mfu_causal=causal * tps / peak if peak else None, opt_share=sorted(split)[1],
-               peak_gib=None if dry else torch.cuda.max_memory_allocated() / 2**30,
-               est_gib=flops.memory_per_gpu(cfg, B, 1, False) / 2**30, kernel_train=kernel_train,
-               loss_diff=abs(eager[0] - comp[0]), norm_diff=abs(eager[1] - comp[1]) / eager[1], compile_s=compile_s)
-    opts.clear()  # the optimiser state, before the caches are measured
-    del compiled
-    # caches after a prefill of half the context, then one decode step
+    return sorted(split)[1]
+
+
+def cache_measures(model, x):
+    """The caches after a prefill of half the context, then one decode step: SDPA's kernel in the
+    step, each cache's dtype, and the bytes per token allocated (all T slots) against flops.py's."""
+    B, T = x.shape
     caches = model.new_caches(T)
     with torch.no_grad(), autocast:
         model(x[:, :T // 2], caches=caches)
-        row["kernel_decode"] = sdpa_kernels(lambda: model(x[:, T // 2:T // 2 + 1], caches=caches))
+        kernel_decode = sdpa_kernels(lambda: model(x[:, T // 2:T // 2 + 1], caches=caches))
     bufs = caches[0].buf
-    row["cache"] = ", ".join(f"{k} {str(v.dtype)[6:]}" for k, v in bufs.items())
-    row["cache_bytes"] = sum(c.nbytes() for c in caches) / (B * T)  # allocated for all T slots
-    row["cache_formula"] = flops.kv_cache_bytes_per_token(cfg, bufs and next(iter(bufs.values())).element_size())
-    return row
+    elem = bufs and next(iter(bufs.values())).element_size()
+    cache = ", ".join(f"{k} {str(v.dtype)[6:]}" for k, v in bufs.items())
+    return dict(kernel_decode=kernel_decode, cache=cache, cache_bytes=sum(c.nbytes() for c in caches) / (B * T),
+                cache_formula=flops.kv_cache_bytes_per_token(model.cfg, elem))
 
 
 def tiny_runs():
@@ -277,7 +302,7 @@ def design_rows(variants, size=None):
 
 def decode(mode, N):
     # every design at context N in one mode -> a row: tok/s and the cache bytes read per second
-    cfg = preset(name, **{**shape, "attn": "gqa", "block_size": max(contexts)})  # gqa: keeps its K/V heads
+    cfg = preset(name, **{**shape, "block_size": max(contexts)})
     dtype = torch.float32 if dry else torch.bfloat16
     speed = decode_bench(cfg, (N,), steps=5 if dry else 20, device=device, modes=(mode,), dtype=dtype,
                          batch=decode_batch, warmup=2)
@@ -303,9 +328,6 @@ def graphs_same_tokens():
 
 
 t_start = time.time()
-os.makedirs(args.out, exist_ok=True)
-open(os.path.join(args.out, "results.md"), "w").close()
-open(os.path.join(args.out, "results.jsonl"), "w").close()
 say(f"# gpu_check.py{' --dry' if dry else ''}: {name} preset, batch {batch} x {preset(name, **shape).block_size}, "
     f"{'dry run: nothing here is a measurement' if dry else 'bf16 autocast, torch.compile'}")
 say(f"\n{versions()}\n")

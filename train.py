@@ -1,9 +1,9 @@
 """
 Train a GPT whose attention is chosen by --attn; log test loss against tokens and FLOPs.
 
-    python train.py                                    # the CPU preset on the embedded Shakespeare, minutes
-    python train.py --attn=lrkv --max_iters=300        # any field below as --key=value
-    torchrun --standalone --nproc_per_node=4 train.py config/512m_8k.py --attn=lrkv   # the figure's run
+    python train.py                              # the CPU preset, embedded Shakespeare, minutes
+    python train.py --attn=lrkv --max_iters=300  # any field below as --key=value
+    torchrun --standalone --nproc_per_node=4 train.py config/512m_8k.py --attn=lrkv  # the figure
 
 Config files (config/*.py) assign the fields below and --key=value overrides them (configurator.py);
 `python train.py --help` lists them. A run writes out_dir/run_name/log.jsonl and a checkpoint
@@ -29,7 +29,8 @@ import configurator
 import flops
 import muon
 import track
-from common import autocast, device_memory, device_name, fail, native_bf16, resolve_device, resolve_dtype
+from common import (autocast, device_memory, device_name, fail, native_bf16, resolve_device,
+                    resolve_dtype)
 from eval import evaluate
 from model import GPT, GPTConfig, preset as model_preset
 from prepare import load_split, prepare, windows
@@ -38,22 +39,30 @@ from tokenizer import get_tokenizer
 # -----------------------------------------------------------------------------
 # run
 out_dir = "out"  # runs go to out_dir/run_name/
-run_name = ""  # default: {preset}_{attn}_s{seed}; not --run, which torchrun takes for its --run_path
-resume = False  # continue the run in out_dir/run_name from its checkpoint (or from step 0 if it has none)
+run_name = ""  # default: {preset}_{attn}_s{seed}; not --run, which torchrun takes
+               # for its --run_path
+resume = False  # continue the run in out_dir/run_name from its checkpoint
+                # (or from step 0 if it has none)
 seed = 0  # initialisation and batch order
 # model: a preset's shape (model.PRESETS), any field overridden
 preset = "cpu"  # the shape, from model.PRESETS; the fields below override it
 attn = "mha"  # the KV design: mha, gqa, mqa, mla or lrkv
-n_layer = n_head = n_embd = block_size = vocab_size = None  # None = the preset's (vocab: the data's, padded)
-n_kv_head = lrkv_rank = mla_kv_rank = mla_rope_dim = mla_q_rank = None  # None = the preset's, or model.py's default
+n_layer = n_head = n_embd = block_size = vocab_size = None  # None = the preset's
+                                                            # (vocab: the data's, padded)
+n_kv_head = lrkv_rank = mla_kv_rank = mla_rope_dim = mla_q_rank = None  # None = the preset's,
+                                                                        # or model.py's default
 mla_deepseek = None  # MLA with DeepSeek's widths (d_n = d_h) and a learnable kv_norm weight
-lrkv_factored = None  # LRKV with RoPE on the shared key only, K_h = RoPE(K_s) + R B_hᵀ: exact absorbed decode
-attn_scale = None  # multiplier of the QK-normed designs' softmax scale 1/√d_h (cpu preset 2.0, paper presets 1.0)
+lrkv_factored = None  # LRKV with RoPE on the shared key only, K_h = RoPE(K_s) + R B_hᵀ:
+                      # exact absorbed decode
+attn_scale = None  # multiplier of the QK-normed designs' softmax scale 1/√d_h
+                   # (cpu preset 2.0, paper presets 1.0)
 mlp_hidden = None  # the MLP's width; None = 4·n_embd
-match_params = False  # size the MLP so the model has standard MHA's parameter count (flops.match_params)
+match_params = False  # size the MLP so the model has standard MHA's parameter count
+                      # (flops.match_params)
 # data
 data_dir = "data"  # prepared datasets live in data_dir/<dataset>_<tokenizer>/
-dataset = "shakespeare"  # shakespeare (embedded, prepared on first use), fineweb, or your own (prepare.py text)
+dataset = "shakespeare"  # shakespeare (embedded, prepared on first use), fineweb,
+                         # or your own (prepare.py text)
 tokenizer = "byte"  # byte for CPU runs, gpt2 for real ones
 eval_tokens = 65536  # the same held-out tokens for every design
 # batch and length
@@ -65,7 +74,8 @@ warmup_iters = 30  # steps of linear learning-rate warm-up
 min_lr_frac = 0.0  # cosine decays to this fraction of each learning rate
 # optimiser: the paper's Muon for hidden matrices and AdamW for the rest (muon.py), or AdamW alone
 optimizer = "muon"  # muon or adamw
-muon_dtype = "auto"  # Newton-Schulz precision: auto = bf16 on GPUs (the paper's), fp32 on CPUs; or bf16, fp32
+muon_dtype = "auto"  # Newton-Schulz precision: auto = bf16 on GPUs (the paper's), fp32 on CPUs;
+                     # or bf16, fp32
 matrix_lr = muon.MATRIX_LR  # Muon, every hidden weight matrix
 embed_lr = muon.EMBED_LR  # AdamW, token embedding
 head_lr = muon.HEAD_LR  # AdamW, output head
@@ -76,57 +86,77 @@ grad_clip = 1.0  # global gradient-norm clip (0: off)
 # logging and checkpoints
 eval_interval = 50  # steps between test-loss evaluations (and the last step)
 log_interval = 10  # steps between log lines (and eval steps)
-ckpt_interval = None  # steps between checkpoints (None: eval_interval; 0: off); one is always written at the end
+ckpt_interval = None  # steps between checkpoints (None: eval_interval; 0: off);
+                      # one is always written at the end
 ckpt_minutes = 0.0  # also a checkpoint when this many minutes passed since the last one (0: off)
 tracker = "none"  # none, trackio or wandb: also send the config and every log line there (track.py)
 tracker_project = "nanokv"  # the tracker's project; the tracked run is named run_name
 # system
 device = "auto"  # auto: cuda:LOCAL_RANK if available, else cpu; or cpu, cuda, cuda:N, mps
 compile = "auto"  # auto: on for cuda
-dtype = "auto"  # autocast precision: auto = bf16 on CUDA if supported, else fp16 (with a GradScaler); fp32 on CPU
-fsdp = False  # shard weights, gradients and optimiser state across ranks (FSDP2) instead of DDP's full copies
-activation_checkpointing = False  # recompute each block's activations in backward: far less memory, ~1/3 more compute
-memory_limit_gb = 0.0  # refuse a run whose estimated memory per rank exceeds this (0: the GPU's, or the host's RAM)
+dtype = "auto"  # autocast precision: auto = bf16 on CUDA if supported,
+                # else fp16 (with a GradScaler); fp32 on CPU
+fsdp = False  # shard weights, gradients and optimiser state across ranks (FSDP2)
+              # instead of DDP's full copies
+activation_checkpointing = False  # recompute each block's activations in backward:
+                                  # far less memory, ~1/3 more compute
+memory_limit_gb = 0.0  # refuse a run whose estimated memory per rank exceeds this
+                       # (0: the GPU's, or the host's RAM)
 # -----------------------------------------------------------------------------
 config_keys = configurator.configure(__file__, globals(), sys.argv[1:], __doc__)
+# counts the run divides by or counts to: below these, a crash or a run that never ends
+for k, least in dict(batch_size=1, total_batch_tokens=1, train_tokens=1, max_iters=0,
+                     eval_interval=1, log_interval=1).items():
+    if globals()[k] < least:
+        fail(f"--{k}={globals()[k]} must be at least {least}")
 max_iters = max_iters or -(-train_tokens // total_batch_tokens)
 run_name = run_name or f"{preset}_{attn}_s{seed}"
 run_dir = os.path.join(out_dir, run_name)
 track.check(tracker)  # a missing package is said now, before anything is written
-train_config = {k: globals()[k] for k in config_keys}  # as the checkpoint and the log's header save it
+# as the checkpoint and the log's header save it
+train_config = {k: globals()[k] for k in config_keys}
 
 # distributed (torchrun sets RANK): NCCL on GPUs, gloo on the CPU
 ddp = "RANK" in os.environ
-rank, local_rank, world = (int(os.environ.get(k, d)) for k, d in (("RANK", 0), ("LOCAL_RANK", 0), ("WORLD_SIZE", 1)))
+rank, local_rank, world = (int(os.environ.get(k, d))
+                           for k, d in (("RANK", 0), ("LOCAL_RANK", 0), ("WORLD_SIZE", 1)))
 master = rank == 0
 device = resolve_device(device, local_rank)
 cuda = device.startswith("cuda")
 if ddp:
     if cuda:
         torch.cuda.set_device(device)
-    # rank 0 writes checkpoints while the others wait at a barrier: allow an hour, not NCCL's 10 minutes
+    # rank 0 writes checkpoints while the others wait at a barrier:
+    # allow an hour, not NCCL's 10 minutes
     dist.init_process_group("nccl" if cuda else "gloo", timeout=datetime.timedelta(hours=1))
 if fsdp and not ddp:
-    fail("--fsdp shards the model across ranks: launch with torchrun --nproc_per_node=N (N >= 2), or drop --fsdp")
+    fail("--fsdp shards the model across ranks: launch with torchrun --nproc_per_node=N (N >= 2), "
+         "or drop --fsdp")
 log = print if master else (lambda *a, **k: None)
 warn = lambda msg: log(f"warning: {msg}", file=sys.stderr)  # noqa: E731
 
-# precision: autocast to bf16 or fp16 (fp16 with a loss scaler, whose range it needs); TF32 matmuls on GPUs
+# precision: autocast to bf16 or fp16 (fp16 with a loss scaler, whose range it needs);
+# TF32 matmuls on GPUs
 dtype = resolve_dtype(dtype, device)
 if fsdp and dtype == "fp16":
-    fail("--fsdp trains in bf16 or fp32 (fp16's loss scaler is not sharded here); pass --dtype=bf16 or --dtype=fp32")
+    fail("--fsdp trains in bf16 or fp32 (fp16's loss scaler is not sharded here); "
+         "pass --dtype=bf16 or --dtype=fp32")
 compile = cuda if compile == "auto" else compile
 if cuda:
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
 amp = autocast(device, dtype)
-scaler = torch.amp.GradScaler(device.partition(":")[0], enabled=dtype == "fp16")  # a no-op unless fp16
+# a no-op unless fp16
+scaler = torch.amp.GradScaler(device.partition(":")[0], enabled=dtype == "fp16")
 
 # the model's shape, and whether a rank's share of the run fits in memory
-tok = get_tokenizer(tokenizer)
 try:
-    overrides = {k: globals()[k] for k in asdict(GPTConfig()) if k in config_keys and globals()[k] is not None}
-    overrides.setdefault("vocab_size", math.ceil(tok.vocab_size / 64) * 64)  # padded for fast matmuls
+    tok = get_tokenizer(tokenizer)
+    overrides = {k: globals()[k] for k in asdict(GPTConfig())
+                 if k in config_keys and globals()[k] is not None}
+    # padded for fast matmuls
+    overrides.setdefault("vocab_size", math.ceil(tok.vocab_size / 64) * 64)
     model_config = model_preset(preset, **overrides)
+    flops.accounting(model_config)  # a design flops.py has no formulas for is refused now
 except ValueError as e:
     fail(str(e))
 if match_params:
@@ -134,14 +164,16 @@ if match_params:
         fail("--match_params chooses mlp_hidden itself: pass one of the two")
     model_config = flops.match_params(model_config)
 if model_config.vocab_size < tok.vocab_size:
-    fail(f"vocab_size={model_config.vocab_size} is smaller than the {tokenizer} tokenizer's {tok.vocab_size}")
+    fail(f"vocab_size={model_config.vocab_size} is smaller than the {tokenizer} tokenizer's "
+         f"{tok.vocab_size}")
 T = model_config.block_size
 if total_batch_tokens % (batch_size * T * world):
-    fail(f"total_batch_tokens={total_batch_tokens} must be a multiple of batch_size·block_size·ranks "
-         f"= {batch_size}·{T}·{world}; change --batch_size or --total_batch_tokens")
+    fail(f"total_batch_tokens={total_batch_tokens} must be a multiple of batch_size·block_size·"
+         f"ranks = {batch_size}·{T}·{world}; change --batch_size or --total_batch_tokens")
 grad_accum = total_batch_tokens // (batch_size * T * world)
 limit = memory_limit_gb * 2**30 or device_memory(device)
-refusal = flops.memory_refusal(model_config, batch_size, world, fsdp, activation_checkpointing, limit)
+refusal = flops.memory_refusal(model_config, batch_size, world, fsdp, activation_checkpointing,
+                               limit)
 if refusal:  # now, rather than out of memory after minutes of building and compiling
     fail(refusal)
 
@@ -152,22 +184,27 @@ if dataset == "shakespeare" and master:
 if ddp:
     dist.barrier()
 try:
-    train_data, val_data = load_split(dataset_dir, "train", T + 1), load_split(dataset_dir, "val", T + 1)
+    train_data, val_data = (load_split(dataset_dir, "train", T + 1),
+                            load_split(dataset_dir, "val", T + 1))
 except (FileNotFoundError, ValueError) as e:
     fail(str(e))
 n_train = sum(map(len, train_data)) if isinstance(train_data, list) else len(train_data)
 if max_iters * total_batch_tokens > n_train:
-    warn(f"{max_iters} steps x {total_batch_tokens} tokens is {max_iters * total_batch_tokens / n_train:.1f} times "
-         f"the {n_train:,} training tokens in {dataset_dir}: the run will see its data more than once")
+    warn(f"{max_iters} steps x {total_batch_tokens} tokens is "
+         f"{max_iters * total_batch_tokens / n_train:.1f} times the {n_train:,} training tokens in "
+         f"{dataset_dir}: the run will see its data more than once")
 if warmup_iters >= max_iters:
     warn(f"warmup_iters={warmup_iters} >= max_iters={max_iters}: the run never leaves warm-up")
 
 
 def get_batch(step):
-    """This rank's grad_accum micro-batches of the step's global batch, a function of (seed, step)."""
+    """This rank's grad_accum micro-batches of the step's global batch, a function of
+    (seed, step)."""
     mine = slice(rank * batch_size * grad_accum, (rank + 1) * batch_size * grad_accum)
-    xy = windows(train_data, seed, step, batch_size * grad_accum * world, T, mine).view(grad_accum, batch_size, T + 1)
-    xy = xy.pin_memory().to(device, non_blocking=True) if cuda else xy  # the copy overlaps the GPU's work
+    xy = windows(train_data, seed, step, batch_size * grad_accum * world, T, mine)
+    xy = xy.view(grad_accum, batch_size, T + 1)
+    # the copy overlaps the GPU's work
+    xy = xy.pin_memory().to(device, non_blocking=True) if cuda else xy
     return [(xy[i, :, :-1], xy[i, :, 1:]) for i in range(grad_accum)]
 
 
@@ -178,20 +215,17 @@ with torch.device(device):
 if activation_checkpointing:  # each block keeps only its input; backward recomputes the rest
     for block in model.h:
         block.forward = functools.partial(checkpoint, block.forward, use_reentrant=False)
-if fsdp:  # each block, then the rest, as DTensors sharded on dim 0; gathered whole for each block's compute
-    heads = {n: p.heads for n, p in model.named_parameters() if hasattr(p, "heads")}
+if fsdp:  # each block, then the rest, as DTensors sharded on dim 0;
+    # gathered whole for each block's compute
     # bf16 as DDP's autocast computes it: a block's weights gathered in bf16 (autocast would cast
     # them so for its matmuls), its fp32 input left alone; the embedding and head stay fp32, so
     # the residual stream is fp32 as under DDP; gradients reduced in fp32
     bf16 = dtype == "bf16"
-    block_mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if bf16 else None, reduce_dtype=torch.float32,
-                                    cast_forward_inputs=False)
+    block_mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if bf16 else None,
+                                    reduce_dtype=torch.float32, cast_forward_inputs=False)
     for block in model.h:
         fully_shard(block, mp_policy=block_mp)
     fully_shard(model, mp_policy=MixedPrecisionPolicy(reduce_dtype=torch.float32))
-    for n, p in model.named_parameters():  # fully_shard made new Parameters: Muon's per-head blocks again
-        if n in heads:
-            p.heads = heads[n]
 
 # optimizer: the paper's Muon + AdamW, or AdamW for everything
 try:
@@ -204,7 +238,8 @@ elif optimizer == "adamw":
     optims = muon.adamw_only(model, adamw_lr, weight_decay, betas)
 else:
     fail(f"--optimizer={optimizer!r} is unknown; use muon or adamw")
-base_lrs = [[g["lr"] for g in o.param_groups] for o in optims]  # this run's, whatever a checkpoint saved
+# this run's, whatever a checkpoint saved
+base_lrs = [[g["lr"] for g in o.param_groups] for o in optims]
 
 
 def lr_frac(step):
@@ -223,21 +258,26 @@ if resume:
     if meta:  # None: killed before its first checkpoint, so it starts again from step 0
         start, old = meta["step"], meta["train_config"]
         if start > max_iters:
-            fail(f"{run_dir} is at step {start}, past --max_iters={max_iters}; pass a larger --max_iters "
-                 f"to train on, or start a new --run_name")
+            fail(f"{run_dir} is at step {start}, past --max_iters={max_iters}; pass a larger "
+                 f"--max_iters to train on, or start a new --run_name")
         if start == max_iters:
-            log(f"{run_name}: already trained to step {start} = max_iters; nothing to do (a larger --max_iters trains on)")
+            log(f"{run_name}: already trained to step {start} = max_iters; nothing to do "
+                "(a larger --max_iters trains on)")
             sys.exit(0)
-        changed = [k for k in config_keys if (k in ("max_iters", "warmup_iters", "min_lr_frac") or k.endswith("_lr"))
+        changed = [k for k in config_keys
+                   if (k in ("max_iters", "warmup_iters", "min_lr_frac") or k.endswith("_lr"))
                    and old.get(k) != train_config[k]]
         if changed:
-            warn(f"resuming with another schedule ({', '.join(f'{k} {old.get(k)} -> {train_config[k]}' for k in changed)}): "
-                 f"steps after {start} follow the new one")
+            warn("resuming with another schedule ("
+                 + ", ".join(f"{k} {old.get(k)} -> {train_config[k]}" for k in changed)
+                 + f"): steps after {start} follow the new one")
 elif master and os.path.exists(log_path):
-    fail(f"{run_dir} already holds a run; pass --resume to continue it or choose another --run_name")
+    fail(f"{run_dir} already holds a run; pass --resume to continue it or choose another "
+         "--run_name")
 # the steps a killed run logged after its checkpoint are redone exactly: not logged again, unless
 # another schedule makes them differ (then their lines are dropped)
-last_logged = ckpt.logged(log_path, asdict(model_config), start if changed else None) if resume and master else -1
+last_logged = (ckpt.logged(log_path, asdict(model_config), start if changed else None)
+               if resume and master else -1)
 if ddp:  # every rank must agree on which steps evaluate
     t = torch.tensor([last_logged], device=device)
     dist.broadcast(t, 0)
@@ -245,9 +285,10 @@ if ddp:  # every rank must agree on which steps evaluate
 
 # compile the model, and wrap it in DDP (gradients averaged in backward) unless FSDP2 shards it
 train_model = torch.compile(model) if compile else model
-if ddp and not fsdp:  # the gradients live in DDP's buckets; buffers are never synced (the RoPE tables are fixed)
-    train_model = DDP(train_model, device_ids=[local_rank] if cuda else None, gradient_as_bucket_view=True,
-                      broadcast_buffers=False)
+# the gradients live in DDP's buckets; buffers are never synced (the RoPE tables are fixed)
+if ddp and not fsdp:
+    train_model = DDP(train_model, device_ids=[local_rank] if cuda else None,
+                      gradient_as_bucket_view=True, broadcast_buffers=False)
 
 # the log's header: the run's whole configuration, its accounting and where it ran
 hardware = device_name(device)
@@ -255,21 +296,28 @@ run_config = {**train_config, **asdict(model_config)}  # everything that says wh
 flops_per_token = flops.train_flops_per_token(model_config)
 peak = flops.peak_flops(hardware) if cuda else None
 if master:
-    os.makedirs(run_dir, exist_ok=True)
+    try:
+        os.makedirs(run_dir, exist_ok=True)
+    except OSError as e:
+        fail(f"--out_dir={out_dir}: {e}")
     try:  # the commit, where the code is a git checkout with git installed
-        git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                             cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+        git = subprocess.run(["git", "rev-parse", "--short", "HEAD"],
+                             cwd=os.path.dirname(os.path.abspath(__file__)),
+                             capture_output=True, text=True).stdout.strip()
     except OSError:
         git = ""
     ckpt.append_log(log_path, dict(
         type="header", run=run_name, attn=model_config.attn, resumed=resume, start_step=start,
         config={**run_config, "run": run_name}, **flops.accounting(model_config),
-        tokens_per_step=total_batch_tokens, world_size=world, git=git, device=f"{world}x {hardware}",
-        torch=torch.__version__, dtype=dtype, time=time.strftime("%Y-%m-%d %H:%M:%S")))
-tracked = track.start(tracker, tracker_project, run_name, run_dir, run_config, resume) if master else None
+        tokens_per_step=total_batch_tokens, world_size=world, git=git,
+        device=f"{world}x {hardware}", torch=torch.__version__, dtype=dtype,
+        time=time.strftime("%Y-%m-%d %H:%M:%S")))
+tracked = (track.start(tracker, tracker_project, run_name, run_dir, run_config, resume)
+           if master else None)
 log(f"{run_name}: {model_config.attn}, {flops.params(model_config) / 1e6:.2f}M params, "
-    f"{flops_per_token / 1e6:.2f} MFLOP/token, {total_batch_tokens} tokens/step ({world} rank(s) x {grad_accum} "
-    f"micro-steps x {batch_size}x{T}), {max_iters} steps on {hardware}")
+    f"{flops_per_token / 1e6:.2f} MFLOP/token, {total_batch_tokens} tokens/step "
+    f"({world} rank(s) x {grad_accum} micro-steps x {batch_size}x{T}), {max_iters} steps on "
+    f"{hardware}")
 
 
 # -----------------------------------------------------------------------------
@@ -278,7 +326,8 @@ token_bytes = tok.token_bytes()  # for bits per byte
 ckpt_every = eval_interval if ckpt_interval is None else ckpt_interval
 t_start = t_ckpt = time.time()
 step = start
-loss_sum, first_bad = torch.zeros((), device=device), torch.tensor(-1, device=device)  # first step whose loss is NaN/inf
+# first_bad: the first step whose loss is NaN/inf
+loss_sum, first_bad = torch.zeros((), device=device), torch.tensor(-1, device=device)
 while True:  # `step` optimiser steps are done
     # once in a while: wait for the device (only here), log, evaluate, checkpoint
     last = step == max_iters
@@ -289,38 +338,46 @@ while True:  # `step` optimiser steps are done
         if ddp:
             dist.broadcast(due, 0)
         saving = saving or bool(due)
-    record = dict(type="step", step=step, tokens=step * total_batch_tokens, flops=step * total_batch_tokens * flops_per_token)
+    record = dict(type="step", step=step, tokens=step * total_batch_tokens,
+                  flops=step * total_batch_tokens * flops_per_token)
     if logging or saving:
-        train_loss, dt = loss_sum.item(), (time.time() - t_window) / (step - window_start)  # dt: the mean since the last wait
+        # dt: the mean since the last wait
+        train_loss, dt = loss_sum.item(), (time.time() - t_window) / (step - window_start)
         if int(first_bad) >= 0:  # the loss is averaged over ranks, so every rank stops here
             if master:
-                print(f"error: train loss is NaN or inf at step {int(first_bad)}; stopped. The last good checkpoint is "
-                      f"{ckpt.latest(run_dir, fsdp)}: lower the learning rates and run again with --resume", file=sys.stderr)
+                print(f"error: train loss is NaN or inf at step {int(first_bad)}; stopped. "
+                      f"The last good checkpoint is {ckpt.latest(run_dir, fsdp)}: lower the "
+                      "learning rates and run again with --resume", file=sys.stderr)
             sys.exit(1)
     if logging:  # train_loss and lr are this step's
         tps = total_batch_tokens / dt
-        record.update(train_loss=train_loss, lr=optims[0].param_groups[0]["lr"], dt=dt, tokens_per_s=tps,
+        record.update(train_loss=train_loss, lr=optims[0].param_groups[0]["lr"], dt=dt,
+                      tokens_per_s=tps,
                       mfu=flops_per_token * tps / (peak * world) if peak else None)
-    evaluating = (step % eval_interval == 0 or last) and step > last_logged  # not redone after a resume
+    # not redone after a resume
+    evaluating = (step % eval_interval == 0 or last) and step > last_logged
     if evaluating:
         with amp:
-            record["test_loss"], record["test_bpb"] = evaluate(model, val_data, T, batch_size, eval_tokens,
-                                                               token_bytes, device, rank, world)
+            record["test_loss"], record["test_bpb"] = evaluate(
+                model, val_data, T, batch_size, eval_tokens, token_bytes, device, rank, world)
         log(f"step {step}: test loss {record['test_loss']:.4f}, {record['test_bpb']:.4f} bits/byte")
     if master and (evaluating or step % log_interval == 0) and step > last_logged:
         ckpt.append_log(log_path, record)
         track.log(tracked, record)
     if saving:
-        rng = dict(torch=torch.get_rng_state(), cuda=torch.cuda.get_rng_state(device) if cuda else None)
-        meta = dict(scaler=scaler.state_dict(), model_config=asdict(model_config), train_config=train_config, rng=rng)
+        rng = dict(torch=torch.get_rng_state(),
+                   cuda=torch.cuda.get_rng_state(device) if cuda else None)
+        meta = dict(scaler=scaler.state_dict(), model_config=asdict(model_config),
+                    train_config=train_config, rng=rng)
         ckpt.save(run_dir, step, model, optims, meta, fsdp, master)
         if ddp:
             dist.barrier()
         t_ckpt = time.time()
     if step > start and step % log_interval == 0:
         eta = (time.time() - t_start) / (step - start) * (max_iters - step)
-        log(f"step {step}/{max_iters} | loss {train_loss:.4f} | {total_batch_tokens / dt:,.0f} tok/s | "
-            f"lr x{lr_frac(step - 1):.3f} | ETA {eta / 60:.1f} min")
+        log(f"step {step}/{max_iters} | loss {train_loss:.4f} | "
+            f"{total_batch_tokens / dt:,.0f} tok/s | lr x{lr_frac(step - 1):.3f} | "
+            f"ETA {eta / 60:.1f} min")
     if last:
         break
 
@@ -337,11 +394,13 @@ while True:  # `step` optimiser steps are done
             train_model.require_backward_grad_sync = i == grad_accum - 1
         with amp:
             _, loss = train_model(x, y)
-        scaler.scale(loss / grad_accum).backward()  # fp16: scaled up so that small gradients survive
+        # fp16: scaled up so that small gradients survive
+        scaler.scale(loss / grad_accum).backward()
         loss_sum += loss.detach() / grad_accum
     if ddp:
         dist.all_reduce(loss_sum, op=dist.ReduceOp.AVG)
-    first_bad = torch.where((first_bad < 0) & ~loss_sum.isfinite(), step + 1, first_bad)  # no wait for the device
+    # no wait for the device
+    first_bad = torch.where((first_bad < 0) & ~loss_sum.isfinite(), step + 1, first_bad)
     if grad_clip:
         for opt in optims:
             scaler.unscale_(opt)  # clip the true gradients
@@ -354,6 +413,8 @@ while True:  # `step` optimiser steps are done
 
 if tracked is not None:
     tracked.finish()
-if ddp:  # release what holds the process group (DDP's reducer) while the interpreter is whole, then the group
+# release what holds the process group (DDP's reducer) while the interpreter is whole,
+# then the group
+if ddp:
     del train_model
     dist.destroy_process_group()

@@ -1,6 +1,6 @@
 # The CPU preset on the embedded Shakespeare corpus: what `python train.py` runs with no arguments
 # (these are train.py's defaults, written out). 4 layers, 4 heads, d_model 128, context 256,
-# byte tokenizer; ~2.5M tokens in about 3-4 minutes on a 2-core CPU.
+# byte tokenizer; ~2.5M tokens. Speeds and times are in docs/performance.md.
 preset = "cpu"
 dataset = "shakespeare"
 tokenizer = "byte"

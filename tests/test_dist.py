@@ -18,9 +18,12 @@ SHAPES = [(64, 32), (32, 96), (48, 48), (64, 32), (48, 48), (48, 48), (8, 8), (7
 
 def make(seed=0):
     torch.manual_seed(seed)
-    ps = [torch.nn.Parameter(torch.randn(*s)) for s in SHAPES]
-    ps[-1].heads = 4
-    return ps
+    return [torch.nn.Parameter(torch.randn(*s)) for s in SHAPES]
+
+
+def groups(ps):
+    # the last matrix is 4 stacked head blocks, in a group of its own (as muon.optimizers puts LRKV's B)
+    return [dict(params=ps[:-1]), dict(params=ps[-1:], heads=4)]
 
 
 def steps(ps, opt, n=3, grads=None):
@@ -40,7 +43,7 @@ def worker():
     for dtype in (torch.float32, torch.bfloat16):
         # Muon on this process vs DistMuon shared across the two ranks
         alone, shared = make(), make()
-        opt_a, opt_s = Muon(alone, ns_dtype=dtype), DistMuon(shared, ns_dtype=dtype)
+        opt_a, opt_s = Muon(groups(alone), ns_dtype=dtype), DistMuon(groups(shared), ns_dtype=dtype)
         g = torch.Generator().manual_seed(1)
         for _ in range(3):
             for a, s in zip(alone, shared):
@@ -54,8 +57,7 @@ def worker():
         model.ps = torch.nn.ParameterList(make())
         fully_shard(model)
         sharded = list(model.ps)
-        sharded[-1].heads = 4  # fully_shard makes new Parameters: the attribute must be set again
-        opt_f = DistMuon(sharded, ns_dtype=dtype)
+        opt_f = DistMuon(groups(sharded), ns_dtype=dtype)
         whole = DTensor.full_tensor  # no rank gathers a matrix whole: its shards go to its owner alone
         DTensor.full_tensor = lambda self: (_ for _ in ()).throw(AssertionError("DistMuon gathered a matrix"))
         steps(sharded, opt_f, grads=lambda p, full: distribute_tensor(full, p.device_mesh, p.placements))

@@ -8,9 +8,9 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 import flops
+from common import DESIGNS
 from model import GPT, PRESETS, GPTConfig, preset
 
-DESIGNS = ["mha", "gqa", "mqa", "mla", "lrkv"]
 # every design, plus the options that change a design's shapes or its attention
 VARIANTS = [(a, {}) for a in DESIGNS] + [("mla", dict(mla_deepseek=True)),
                                          ("mla", dict(mla_deepseek=True, mla_q_rank=16)),
@@ -150,13 +150,18 @@ def test_mla_absorbed_equals_naive(q_rank, deepseek):
     torch.testing.assert_close(absorbed, naive, rtol=1e-4, atol=1e-4)
 
 
+KV_WEIGHTS = {"mha": ("c_k", "c_v"), "gqa": ("c_k", "c_v"), "mqa": ("c_k", "c_v"),
+              "mla": ("W_dkv", "W_kr", "W_uk", "W_uv", "kv_norm"),
+              "lrkv": ("W_sk", "W_sv", "U_k", "U_v", "B_k", "B_v")}
+
+
 @pytest.mark.parametrize("attn, kw", VARIANTS)
 def test_parameter_counts_equal_formulas(attn, kw):
     cfg = tiny(attn, **kw)
     model = GPT(cfg)
-    kv_names = {"mha": ("c_k", "c_v"), "gqa": ("c_k", "c_v"), "mqa": ("c_k", "c_v"),
-                "mla": ("W_dkv", "W_kr", "W_uk", "W_uv", "kv_norm"),
-                "lrkv": ("W_sk", "W_sv", "U_k", "U_v", "B_k", "B_v")}[attn]
+    # each design's K/V weights and (below) their count by hand, apart from flops.py: add a new design's
+    assert attn in KV_WEIGHTS, f"tests/test_model.py: add {attn}'s K/V weights and their count by hand"
+    kv_names = KV_WEIGHTS[attn]
     kv = sum(p.numel() for n, p in model.named_parameters() if n.split(".")[2:3] == ["attn"]
              and n.split(".")[3] in kv_names)
     assert kv == flops.kv_params(cfg)
@@ -282,7 +287,18 @@ def test_defaults_follow_the_papers_ratios():
     assert GPTConfig(attn="gqa", n_head=18, n_embd=2304).n_kv_head == 6
     m = GPTConfig(attn="mla", n_head=12, n_embd=1536)
     assert (m.mla_kv_rank, m.mla_rope_dim) == (128, 64)
-    assert GPTConfig(attn="mha", n_kv_head=3).n_kv_head == 6  # design-specific fields resolve
+    assert GPTConfig(attn="mha", n_kv_head=3).kv_heads == 6  # MHA has H K/V heads, whatever GQA's setting
+
+
+def test_replace_changes_the_design_and_keeps_each_designs_own_setting():
+    # a config's other designs' fields are left as given, so replace(cfg, attn=...) builds that
+    # design with cfg's setting for it (before, an MHA config had lost GQA's n_kv_head to H)
+    cfg = preset("cpu")  # mha, with the preset's settings of the others
+    assert replace(cfg, attn="gqa").kv_heads == PRESETS["cpu"]["n_kv_head"] == 2
+    assert replace(replace(cfg, attn="mqa"), attn="gqa").kv_heads == 2
+    assert replace(cfg, attn="lrkv").lrkv_rank == 13 and replace(cfg, attn="mla").mla_kv_rank == 32
+    assert replace(replace(cfg, attn="gqa"), attn="mha").kv_heads == cfg.n_head
+    assert flops.params(replace(cfg, attn="gqa")) == flops.params(preset("cpu", attn="gqa"))
 
 
 def test_torch_compile_gives_eager_gradients_for_every_design():
@@ -335,8 +351,7 @@ def test_muon_treats_k_and_v_alike_in_every_design():
         names = [n.split(".")[-2] if n.endswith("weight") else n.split(".")[-1]
                  for n, p in model.h[0].attn.named_parameters() if p.ndim == 2]
         assert all("kv" not in n or n == "W_dkv" for n in names), names  # no joint K|V matrix
-        heads = {n: getattr(p, "heads", 1) for n, p in model.h[0].attn.named_parameters()}
-        assert {n for n, h in heads.items() if h > 1} == ({"B_k", "B_v"} if attn == "lrkv" else set())
+        assert set(getattr(model.h[0].attn, "per_head", ())) == ({"B_k", "B_v"} if attn == "lrkv" else set())
 
 
 @pytest.mark.parametrize("attn, kw", VARIANTS)

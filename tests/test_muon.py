@@ -44,9 +44,8 @@ def test_heads_orthogonalise_each_block_alone():
     # would take on that block as its own matrix
     H, d_h, r = 4, 8, 3
     stacked = params([(H * d_h, r)])[0]
-    stacked.heads = H
     blocks = [torch.nn.Parameter(b.detach().clone()) for b in stacked.detach().split(d_h)]
-    run(Muon, [stacked], ns_dtype=torch.float32)
+    run(Muon, [stacked], ns_dtype=torch.float32, heads=H)
     g = torch.Generator().manual_seed(1)
     opt = Muon(blocks, lr=0.02, weight_decay=0.1, ns_dtype=torch.float32)
     for _ in range(3):
@@ -70,6 +69,20 @@ def test_lr_scale_follows_each_block_shape(shape):
     step = (p.detach() - before * (1 - 0.02 * 0.1)) / 0.02
     expected = max(1.0, shape[0] / shape[1]) ** 0.5
     assert torch.linalg.matrix_norm(step, ord=2) == pytest.approx(expected, rel=0.35)
+
+
+def test_lrkv_names_its_per_head_weights_and_muon_groups_them():
+    # which weights Muon takes a head at a time is said in one place, the class's per_head, and
+    # lands in a parameter group of their own: every B_k and B_v, nothing else, heads = H
+    from model import GPT, preset
+    from muon import optimizers
+    model = GPT(preset("cpu", attn="lrkv", n_layer=2))
+    groups = optimizers(model, torch.float32)[0].param_groups
+    names = {id(p): n for n, p in model.named_parameters()}
+    assert [g["heads"] for g in groups] == [1, model.cfg.n_head]
+    assert sorted(names[id(p)].rsplit(".", 1)[1] for p in groups[1]["params"]) == ["B_k", "B_k", "B_v", "B_v"]
+    assert not any(names[id(p)].endswith((".B_k", ".B_v")) for p in groups[0]["params"])
+    assert len(optimizers(GPT(preset("cpu", attn="mha", n_layer=2)), torch.float32)[0].param_groups) == 1
 
 
 def test_newton_schulz_flops_are_what_a_step_runs():
