@@ -73,4 +73,3 @@ def configure(path, g, argv, doc):
             fail(f"--{key}={val!r}: expected {want}")
         g[key] = float(val) if isinstance(default, float) and val is not None else val
     return list(meaning)
-

@@ -47,8 +47,10 @@ def attention_counts(cfg):
         r = cfg.lrkv_rank
         decode = 4 * H * (d_h + r) if cfg.lrkv_factored else 4 * H * d_h + 2 * H * r * d_h + 4 * H * r
         return dict(q=d * H * d_h, kv=2 * d * d_h + 2 * H * r * (d + d_h), gains=0, d_qk=d_h,
-                    cache=2 * d_h + 2 * H * r + H, decode=decode, decode_w=H * d_h * r if cfg.lrkv_factored else 0)
-    raise ValueError(f"flops.py has no formulas for {kind} (--attn={cfg.attn}): add them to flops.attention_counts")
+                    cache=2 * d_h + 2 * H * r + H, decode=decode,
+                    decode_w=H * d_h * r if cfg.lrkv_factored else 0)
+    raise ValueError(f"flops.py has no formulas for {kind} (--attn={cfg.attn}): "
+                     "add them to flops.attention_counts")
 
 
 def d_qk(cfg):

@@ -61,7 +61,9 @@ def write_meta(out_dir, meta):
 
 def read_meta(out_dir):
     path = os.path.join(out_dir, "meta.json")
-    return json.load(open(path)) if os.path.exists(path) else None
+    if os.path.exists(path):  # else None
+        with open(path) as f:
+            return json.load(f)
 
 
 def on_disk(out_dir, file):
@@ -405,8 +407,8 @@ def prepare(dataset, tokenizer=None, data_dir="data", **args):
     out_dir = os.path.join(data_dir, f"{name if dataset == 'text' else dataset}_{tokenizer}")
     cache_dir = os.path.join(data_dir, ".cache")
     meta = read_meta(out_dir)
-    if dataset == "fineweb" and meta and meta["sample"] != args.get("sample", "10BT"):
-        raise ValueError(f"{out_dir} holds FineWeb-Edu {meta['sample']}: prepare "
+    if dataset == "fineweb" and meta and meta.get("sample") != args.get("sample", "10BT"):
+        raise ValueError(f"{out_dir} holds FineWeb-Edu {meta.get('sample', '(old layout)')}: prepare "
                          f"{args.get('sample')} into another --data_dir, or delete {out_dir} first")
     more_files = dataset == "fineweb" and meta and len(meta["parquet_files"]) < args.get("shards", 1)
     if is_prepared(out_dir) and not more_files and dataset != "text":
