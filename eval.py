@@ -1,7 +1,7 @@
 """
-What a trained checkpoint does: its test loss, its samples, the diversity of its heads.
+What a trained checkpoint does: its held-out loss, its samples, the diversity of its heads.
 
-    python eval.py out/cpu_lrkv_s0/ckpt.pt                  # test loss and bits per byte on the held-out split
+    python eval.py out/cpu_lrkv_s0/ckpt.pt                  # loss and bits per byte on every token of val and test
     python eval.py out/cpu_lrkv_s0/ckpt.pt --sample="ROMEO:" --max_new_tokens=200 --seed=1
     python eval.py out/cpu_lrkv_s0/ckpt.pt --heads          # head diversity (paper §4.3, Table 3)
     python eval.py out/cpu_lrkv_s0/ckpt.pt --tasks=arc_easy,hellaswag --limit=100   # lm-evaluation-harness
@@ -25,30 +25,44 @@ from common import ArgumentParser, count, autocast, fail, resolve_device, resolv
 
 
 @torch.no_grad()
-def evaluate(model, val, T, batch_size, eval_tokens, token_bytes, device, rank=0, world=1):
-    """Mean cross-entropy (nats/token) and bits per byte over the first eval_tokens held-out tokens,
-    cut into consecutive windows of T: the same tokens for every design and any world size.
-    Ranks take windows round-robin and sum (loss, tokens, bytes) together. val is load_split's
-    answer (a sharded split uses its first shard); token_bytes the tokenizer's bytes per token."""
-    val = val[0] if isinstance(val, list) else val
+def evaluate(model, split, T, batch_size, eval_tokens, token_bytes, device, rank=0, world=1):
+    """Mean cross-entropy (nats/token) and bits per byte on a held-out split (load_split's answer; a
+    sharded one: its first shard), read in windows of T tokens, each from an empty context.
+    eval_tokens=None scores every token: consecutive windows, the last one ending at the split's end
+    and counting only the tokens the others left. Otherwise eval_tokens // T of those windows, spread
+    evenly over the split so that every document is read: the learning curve's cheaper estimate.
+    The same tokens for every design and any world size: ranks take windows round-robin and sum
+    (nats, tokens, bytes) together. token_bytes: the tokenizer's bytes per token."""
+    split = split[0] if isinstance(split, list) else split
+    n = len(split) - 1  # tokens that can be targets
+    if n < T:
+        raise ValueError(f"a held-out split of {len(split)} tokens is shorter than one window of {T + 1}")
+    starts, skip = list(range(0, n - T + 1, T)), {}  # skip: leading targets already scored
+    if eval_tokens is not None:
+        k = max(1, min(len(starts), eval_tokens // T))
+        starts = [starts[i * len(starts) // k] for i in range(k)]
+    elif n % T:
+        starts.append(n - T)
+        skip[n - T] = T - n % T
     token_bytes = torch.as_tensor(token_bytes, dtype=torch.float64, device=device)
     model.eval()
-    n_windows = max(1, min(eval_tokens, len(val) - 1) // T)
-    mine = list(range(rank, n_windows, world))
+    mine = starts[rank::world]
     # every rank makes as many forwards as the first (FSDP2 gathers weights in each, a collective):
     # one with no windows left runs window 0 and drops it
-    n_batches = math.ceil(math.ceil(n_windows / world) / batch_size)
+    n_batches = math.ceil(math.ceil(len(starts) / world) / batch_size)
     sums = torch.zeros(3, dtype=torch.float64, device=device)  # nats, tokens, bytes
     for i in range(0, n_batches * batch_size, batch_size):
         ws = mine[i:i + batch_size]
-        rows = [torch.from_numpy(val[w * T:w * T + T + 1].astype("int64")) for w in ws or [0]]
-        xy = torch.stack(rows).to(device)
+        rows = [torch.from_numpy(split[s:s + T + 1].astype("int64")) for s in ws or [0]]
+        xy = torch.stack(rows).to(device)  # (B, T + 1)
         x, y = xy[:, :-1], xy[:, 1:]
         logits, _ = model(x)
-        nats = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction="sum")
+        nats = torch.nn.functional.cross_entropy(logits.transpose(1, 2).float(), y, reduction="none")
+        keep = torch.arange(T, device=device) >= torch.tensor([skip.get(s, 0) for s in ws or [0]],
+                                                             device=device)[:, None]  # (B, T)
         if ws:
-            sums += torch.stack([nats.double(), torch.tensor(y.numel(), dtype=torch.float64, device=device),
-                                 token_bytes[y].sum()])
+            sums += torch.stack([nats.double()[keep].sum(), keep.sum().double(),
+                                 token_bytes[y][keep].sum()])
     if world > 1:
         dist.all_reduce(sums)
     model.train()
@@ -145,7 +159,8 @@ def arguments(argv):
     p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("checkpoint",
                    help="a ckpt.pt written by train.py, a ckpt_STEP/ folder (--fsdp) or an --export folder")
-    p.add_argument("--eval_tokens", type=int, default=None, help="default: the run's own")
+    p.add_argument("--eval_tokens", type=count, default=None,
+                   help="score this many tokens spread over each split (default: every token)")
     p.add_argument("--batch_size", type=count, default=8)
     p.add_argument("--device", default="auto", help="auto: cuda if available, else cpu")
     p.add_argument("--dtype", default="auto",
@@ -228,15 +243,17 @@ def print_heads(model, path):
 
 def print_test_loss(model, meta, tok, amp, args, device):
     from prepare import load_split
-    tc, cfg = meta["train_config"], model.cfg
-    try:
-        val = load_split(os.path.join(tc["data_dir"], f"{tc['dataset']}_{tc['tokenizer']}"), "val")
-    except FileNotFoundError as e:
-        fail(e)
-    with amp:
-        loss, bpb = evaluate(model, val, cfg.block_size, args.batch_size,
-                             args.eval_tokens or tc["eval_tokens"], tok.token_bytes(), device)
-    print(f"{args.checkpoint}: step {meta['step']}, {cfg.attn}: test loss {loss:.4f}, {bpb:.4f} bits/byte")
+    tc, T = meta["train_config"], model.cfg.block_size
+    data = os.path.join(tc["data_dir"], f"{tc['dataset']}_{tc['tokenizer']}")
+    for split in ["val", "test"]:
+        try:
+            tokens = load_split(data, split, T + 1)
+        except (FileNotFoundError, ValueError) as e:
+            fail(e)
+        with amp:
+            loss, bpb = evaluate(model, tokens, T, args.batch_size, args.eval_tokens, tok.token_bytes(), device)
+        print(f"{args.checkpoint}: step {meta['step']}, {model.cfg.attn}: {split} loss {loss:.4f}, "
+              f"{bpb:.4f} bits/byte")
 
 
 if __name__ == "__main__":

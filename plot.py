@@ -39,8 +39,8 @@ from sweeps import cache, lr_mode, pareto_mode
 
 # one experiment: these match across all runs (and each design's own settings across its seeds)
 SHAPE_KEYS = ["n_layer", "n_head", "n_embd", "block_size", "vocab_size", "attn_scale", "dataset",
-              "tokenizer", "max_iters", "total_batch_tokens", "optimizer", "matrix_lr", "embed_lr",
-              "head_lr", "weight_decay", "warmup_iters", "min_lr_frac"]
+              "tokenizer", "held_out", "max_iters", "total_batch_tokens", "optimizer", "matrix_lr",
+              "embed_lr", "head_lr", "weight_decay", "warmup_iters", "min_lr_frac"]
 TOKEN_UNITS = [(1e9, "Billions"), (1e6, "Millions"), (1e3, "Thousands")]
 FLOP_UNITS = [(1e18, "ExaFLOPs"), (1e15, "PetaFLOPs"), (1e12, "TeraFLOPs"), (1e9, "GigaFLOPs")]
 AXIS_NAMES = {"tokens": "Training Tokens ({})", "flops": "Training Compute ({})"}
@@ -86,7 +86,7 @@ def load_run(path):
     """One run's header and eval points as numpy arrays. Raises ValueError for a bad header."""
     with open(path, encoding="utf-8", errors="replace") as f:
         lines = f.read().splitlines()
-    header, steps, bad = None, [], []
+    header, steps, bad, score = None, [], [], {}
     for i, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -101,6 +101,8 @@ def load_run(path):
             header = rec
         elif isinstance(rec, dict) and rec.get("type") == "header":
             continue  # a resumed run appends another header; the first one describes the run
+        elif isinstance(rec, dict) and rec.get("type") == "score":
+            score = rec  # every held-out token, at the last step
         elif not (isinstance(rec, dict) and rec.get("type") == "step"
                   and isinstance(rec.get("step"), int) and isinstance(rec.get("tokens"), (int, float))):
             bad.append(i)  # e.g. the last line of a run that is still writing it
@@ -112,6 +114,8 @@ def load_run(path):
             steps.append(rec)
     if header is None:
         raise ValueError(f"{path}: empty log, no header line")
+    if not steps or score.get("step") != steps[-1]["step"]:
+        score = {}  # a run trained on past its score (a larger --max_iters) has none yet
     attn = header.get("attn")
     if attn not in DESIGNS:  # e.g. a design that common.DESIGNS has no row for
         raise ValueError(f"{path}: header attn is {attn!r}, expected one of {', '.join(DESIGNS)}")
@@ -123,11 +127,13 @@ def load_run(path):
     config.setdefault("lrkv_factored", False)
     if "mlp_hidden" not in config and isinstance(config.get("n_embd"), int):
         config["mlp_hidden"] = 4 * config["n_embd"]
+    # the test text: logs from before the val/test split scored the opening of val.bin (Hamlet)
+    config["held_out"] = json.dumps(header.get("held_out", "val.bin's first eval_tokens"))
     evals = [s for s in steps if isinstance(s.get("test_loss"), (int, float))]
     col = lambda key, dtype=float: np.array([s.get(key, math.nan) for s in evals], dtype=dtype)
     return {"path": path, "name": header.get("run") or os.path.basename(os.path.dirname(path)),
             "attn": attn, "header": header, "config": config, "step": col("step", np.int64),
-            "tokens": col("tokens"), "flops": col("flops"), "loss": col("test_loss")}
+            "tokens": col("tokens"), "flops": col("flops"), "loss": col("test_loss"), "score": score}
 
 
 def odd_runs(runs, sweep=False, lr=False):

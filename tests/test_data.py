@@ -102,7 +102,7 @@ def fake_docs(n, seed=0):
 
 
 def read_shards(out_dir, meta):
-    files = meta["val_files"] + meta["train_files"]
+    files = meta["val_files"] + meta["test_files"] + meta["train_files"]
     return [np.fromfile(os.path.join(out_dir, s["file"]), dtype=np.uint16) for s in files]
 
 
@@ -112,29 +112,34 @@ def test_write_token_shards_gpt2(tmp_path):
     tok = get_tokenizer("gpt2")
     shards = read_shards(tmp_path, meta)
     assert [s["file"] for s in meta["val_files"]] == ["val_000000.bin"]
+    assert [s["file"] for s in meta["test_files"]] == ["test_000000.bin"]
     assert [s["file"] for s in meta["train_files"]] == [f"train_{i:06d}.bin" for i in range(len(meta["train_files"]))]
     assert len(meta["train_files"]) >= 3 and meta["complete"]
     # the files, in order, are exactly the documents, each after one eot
     assert tok.decode(np.concatenate(shards)) == "".join("<|endoftext|>" + d for d in docs)
-    for s, arr in zip(meta["val_files"] + meta["train_files"], shards):
+    held = meta["val_files"] + meta["test_files"]
+    for s, arr in zip(held + meta["train_files"], shards):
         assert arr[0] == tok.eot and len(arr) == s["tokens"] and (arr == tok.eot).sum() == s["docs"]
     # every shard but the last is full, and closed at the first document boundary past its target
-    for s, arr in zip(meta["val_files"] + meta["train_files"][:-1], shards[:-1]):
-        target = 700 if s["split"] == "val" else 2000
+    for s, arr in zip(held + meta["train_files"][:-1], shards[:-1]):
+        target = 2000 if s["split"] == "train" else 700
         last_doc_start = np.flatnonzero(arr == tok.eot)[-1]
         assert last_doc_start < target <= len(arr)
-    assert meta["val_tokens"] == len(shards[0]) and meta["train_tokens"] == sum(map(len, shards[1:]))
-    assert meta["val_docs"] == [f"docs[0:{meta['val_files'][0]['docs']}]"]
-    assert meta["val_bytes"] + meta["train_bytes"] == sum(len(d.encode()) for d in docs)
+    assert meta["val_tokens"] == len(shards[0]) and meta["test_tokens"] == len(shards[1])
+    assert meta["train_tokens"] == sum(map(len, shards[2:]))
+    n_val, n_test = meta["val_files"][0]["docs"], meta["test_files"][0]["docs"]
+    assert meta["val_docs"] == [f"docs[0:{n_val}]"] and meta["test_docs"] == [f"docs[{n_val}:{n_val + n_test}]"]
+    assert sum(meta[f"{s}_bytes"] for s in prepare.SPLITS) == sum(len(d.encode()) for d in docs)
 
 
 def test_write_token_shards_resume(tmp_path):
     docs = fake_docs(400, seed=1)
     kw = dict(tokenizer="byte", shard_tokens=3000, val_tokens=1000)
     meta = prepare.write_token_shards(iter(docs), str(tmp_path), nproc=1, **kw)
-    before = {s["file"]: (tmp_path / s["file"]).read_bytes() for s in meta["val_files"] + meta["train_files"]}
+    before = {s["file"]: (tmp_path / s["file"]).read_bytes()
+              for s in meta["val_files"] + meta["test_files"] + meta["train_files"]}
     inode = lambda f: os.stat(tmp_path / f).st_ino
-    kept = {f: inode(f) for f in ["val_000000.bin", "train_000000.bin", "train_000001.bin"]}
+    kept = {f: inode(f) for f in ["val_000000.bin", "test_000000.bin", "train_000000.bin", "train_000001.bin"]}
     os.remove(tmp_path / "train_000002.bin")  # as if the run had died while writing shard 2
     # the resumed run must skip the documents of the kept shards and rebuild the rest identically
     meta2 = prepare.write_token_shards(iter(docs), str(tmp_path), nproc=2, **kw)
@@ -156,7 +161,7 @@ def test_write_token_shards_resume(tmp_path):
 
 
 def test_write_token_shards_too_few_docs(tmp_path):
-    with pytest.raises(ValueError, match="val split"):
+    with pytest.raises(ValueError, match="none is left to train on"):
         prepare.write_token_shards(iter(fake_docs(3)), str(tmp_path), "byte", shard_tokens=100, val_tokens=10**6,
                                    nproc=1)
 
@@ -166,26 +171,28 @@ def test_write_token_shards_too_few_docs(tmp_path):
 
 
 @pytest.fixture(scope="session")
-def shakespeare(data_dir):
-    out_dir = os.path.join(data_dir, "shakespeare_byte")
+def shakespeare(shakespeare_dir):
+    out_dir = os.path.join(shakespeare_dir, "shakespeare_byte")
     return out_dir, prepare.read_meta(out_dir)
 
 
 def test_shakespeare_docs_and_split(shakespeare):
     out_dir, meta = shakespeare
-    train, val = set(meta["train_docs"]), set(meta["val_docs"])
-    assert len(train) + len(val) == 42 and not train & val and val
-    assert {"hamlet", "sonnets", "rape_of_lucrece"} <= train | val
-    assert not any(n.endswith("_f") for n in train | val)  # no First Folio duplicates
-    assert meta["train_bytes"] + meta["val_bytes"] == 5_057_198  # the 42 texts, as SPEC §6 sizes them
-    assert 0.05 < meta["val_tokens"] / (meta["train_tokens"] + meta["val_tokens"]) < 0.2
+    train, val, test = (set(meta[f"{s}_docs"]) for s in prepare.SPLITS)
+    assert len(train) + len(val) + len(test) == 42 and not (train & val or train & test or val & test)
+    assert val == {"hamlet", "tempest"} and test == {"henry_v", "twelfth_night"}
+    assert {"sonnets", "rape_of_lucrece"} <= train
+    assert not any(n.endswith("_f") for n in train | val | test)  # no First Folio duplicates
+    assert sum(meta[f"{s}_bytes"] for s in prepare.SPLITS) == 5_057_198  # the 42 texts, as SPEC §6 sizes them
+    for s in ["val", "test"]:  # about 5% of the corpus each
+        assert 0.04 < meta[f"{s}_tokens"] / sum(meta[f"{s}_tokens"] for s in prepare.SPLITS) < 0.07
 
 
 def test_shakespeare_files_match_meta(shakespeare):
     out_dir, meta = shakespeare
     eot = get_tokenizer("byte").eot
     assert (meta["dataset"], meta["tokenizer"], meta["vocab_size"], meta["eot"]) == ("shakespeare", "byte", 257, eot)
-    for split in ["train", "val"]:
+    for split in prepare.SPLITS:
         assert os.path.getsize(os.path.join(out_dir, f"{split}.bin")) == 2 * meta[f"{split}_tokens"]
         data = prepare.load_split(out_dir, split)
         assert isinstance(data, np.memmap) and data.dtype == np.uint16 and len(data) == meta[f"{split}_tokens"]
@@ -193,6 +200,8 @@ def test_shakespeare_files_match_meta(shakespeare):
         assert data.max() <= eot
     val_text = get_tokenizer("byte").decode(prepare.load_split(out_dir, "val"))
     assert "HAMLET, PRINCE OF DENMARK" in val_text and "To be, or not to be" in val_text
+    test_text = get_tokenizer("byte").decode(prepare.load_split(out_dir, "test"))
+    assert "Once more unto the breach" in test_text and "If music be the food of love" in test_text
 
 
 def test_shakespeare_rerun_is_noop(shakespeare, capsys):
@@ -233,12 +242,12 @@ def test_text_round_trip_and_held_out_documents(tmp_path, tokenizer):
     out = prepare.prepare("text", tokenizer, str(tmp_path / "data"), input=str(tmp_path / "*.txt"), name="mine")
     assert out == str(tmp_path / "data" / f"mine_{tokenizer}")
     tok, meta = get_tokenizer(tokenizer), prepare.read_meta(out)
-    train, val = docs_of(out, "train", tok), docs_of(out, "val", tok)
-    assert len(val) == 2 and len(train) == 18  # 10% of 20 documents, whole
-    assert sorted(train + val) == sorted(texts.values())  # decode(tokens) is the input, nothing lost
-    assert [os.path.basename(d) for d in meta["val_docs"]] == [n for n in texts if texts[n] in val]
-    assert not set(meta["val_docs"]) & set(meta["train_docs"])
-    assert meta["train_bytes"] + meta["val_bytes"] == sum(len(t.encode()) for t in texts.values())
+    train, val, test = (docs_of(out, s, tok) for s in prepare.SPLITS)
+    assert len(val) == 1 and len(test) == 1 and len(train) == 18  # 10% of 20 documents, whole
+    assert sorted(train + val + test) == sorted(texts.values())  # decode(tokens) is the input, nothing lost
+    for s, got in [("val", val), ("test", test)]:
+        assert [texts[os.path.basename(d)] for d in meta[f"{s}_docs"]] == got
+    assert sum(meta[f"{s}_bytes"] for s in prepare.SPLITS) == sum(len(t.encode()) for t in texts.values())
 
 
 def test_text_one_file_holds_out_its_end(tmp_path):
@@ -247,8 +256,24 @@ def test_text_one_file_holds_out_its_end(tmp_path):
     out = prepare.prepare("text", "byte", str(tmp_path / "data"), input=str(tmp_path / "book.txt"))
     assert out.endswith("book_byte")  # named after the file
     tok = get_tokenizer("byte")
-    train, val = docs_of(out, "train", tok), docs_of(out, "val", tok)
-    assert train[0] + val[0] == text and val[0].startswith("line 90:")  # cut at a line break, last 10%
+    train, val, test = (docs_of(out, s, tok) for s in prepare.SPLITS)
+    assert train[0] + val[0] + test[0] == text  # cut at line breaks: 90%, 5%, 5%
+    assert val[0].startswith("line 90:") and test[0].startswith("line 95:")
+
+
+def test_text_two_files_cannot_split_three_ways(tmp_path):
+    for i in range(2):
+        (tmp_path / f"{i}.txt").write_text("to be or not to be\n" * 50)
+    with pytest.raises(ValueError, match="two files"):
+        prepare.prepare("text", "byte", str(tmp_path / "data"), input=str(tmp_path / "*.txt"))
+
+
+def test_old_folder_without_test_split_is_prepared_again(tmp_path):
+    (tmp_path / "book.txt").write_text("".join(f"line {i}\n" for i in range(200)))
+    out = prepare.prepare("text", "byte", str(tmp_path / "data"), input=str(tmp_path / "book.txt"))
+    meta = prepare.read_meta(out)
+    prepare.write_meta(out, {k: v for k, v in meta.items() if not k.startswith("test_")})
+    assert not prepare.is_prepared(out)
 
 
 @pytest.mark.parametrize("setup, args, words", [
@@ -257,7 +282,7 @@ def test_text_one_file_holds_out_its_end(tmp_path):
     (lambda d: (d / "l1.txt").write_bytes("café".encode("latin-1")), ["--input={d}/l1.txt"], ["not UTF-8"]),
     (lambda d: [(d / f"{i}.txt").write_text("") for i in range(3)], ["--input={d}/*.txt"], ["hold no text"]),
     (lambda d: (d / "a.txt").write_text("hi\n"), ["--input={d}/a.txt", "--name=fineweb"], ["--name="]),
-    (lambda d: (d / "a.txt").write_text("hi\n"), ["--input={d}/a.txt", "--val_frac=1.5"], ["--val_frac"]),
+    (lambda d: (d / "a.txt").write_text("hi\n"), ["--input={d}/a.txt", "--held_out=1.5"], ["--held_out"]),
 ])
 def test_text_bad_input_is_one_line_exit_2(tmp_path, setup, args, words):
     import subprocess

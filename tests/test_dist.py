@@ -108,7 +108,7 @@ import re  # noqa: E402
 import pytest  # noqa: E402
 
 import test_train  # noqa: E402
-from test_train import FAULT, curve, one_line_error, read_log, refused, train  # noqa: E402
+from test_train import FAULT, curve, one_line_error, read_log, refused, score, train  # noqa: E402
 
 TORCHRUN = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2")
 # evals every 4 steps, checkpoints every 3; LRKV: a per-head Muon parameter, which FSDP2 must keep;
@@ -135,13 +135,16 @@ def test_fsdp_matches_ddp_and_one_process_and_resumes_exactly(tmp_path):
             other = curve(runs[r], key)
             assert other.keys() == one.keys() and len(one) >= 3
             assert all(abs(one[k] - other[k]) < 5e-6 for k in one), (r, key, one, other)
+    scores = {r: score(tmp_path / r / "log.jsonl") for r in runs}  # every held-out token, split over ranks
+    for key in ("val_loss", "test_loss"):
+        assert all(abs(scores[r][key] - scores["one"][key]) < 5e-6 for r in runs), (key, scores)
     assert sorted(os.listdir(tmp_path / "fsdp")) == ["ckpt_8", "log.jsonl"]  # the last good one only
     # eval.py reads the sharded checkpoint in one process: the test loss the run logged at step 8
     out = subprocess.run([sys.executable, "eval.py", str(tmp_path / "fsdp" / "ckpt_8")], cwd=ROOT, capture_output=True,
                          text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     loss = float(re.search(r"step 8, lrkv: test loss ([\d.]+)", out.stdout).group(1))
-    assert loss == pytest.approx(curve(runs["fsdp"], "test_loss")[8], abs=1e-4)  # printed to 4 decimals
+    assert loss == pytest.approx(scores["fsdp"]["test_loss"], abs=1e-4)  # printed to 4 decimals
     # killed while writing step 6's checkpoint: step 3's stays, and the same command with --resume
     # finishes the run with the losses of the uninterrupted one
     p = train(tmp_path, *SHARDED, "--run_name=cut", "--fsdp", launcher=(*TORCHRUN, FAULT), check=False,

@@ -2,6 +2,7 @@
 import contextlib
 import io
 import json
+import math
 import os
 import re
 import runpy
@@ -10,6 +11,7 @@ import signal
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 
@@ -70,8 +72,42 @@ def read_log(path):
     return lines[0], [l for l in lines if l["type"] == "step"]
 
 
+def score(path):
+    """The last score record: every held-out token at the run's last step."""
+    return [l for l in map(json.loads, open(path)) if l["type"] == "score"][-1]
+
+
 def curve(steps, key):
     return {s["step"]: s[key] for s in steps if key in s}
+
+
+class PairModel(torch.nn.Module):
+    """Logits from the current token alone, so a window's context does not matter: the loss of a
+    split is a sum over its (token, next token) pairs, whatever windows evaluate() cuts."""
+    def __init__(self, V):
+        super().__init__()
+        self.table = torch.randn(V, V, generator=torch.Generator().manual_seed(0))
+
+    def forward(self, x):
+        return self.table[x], None
+
+
+def test_evaluate_scores_every_token_once_or_a_spread_sample():
+    from eval import evaluate
+    V, T = 7, 16
+    split = np.random.default_rng(0).integers(0, V, 1000).astype(np.uint16)  # 999 targets: 62 windows + 7
+    model, nbytes = PairModel(V), np.arange(1, V + 1)
+    pair_nats = -torch.log_softmax(model.table, -1)[split[:-1].astype(int), split[1:].astype(int)].double()
+    for batch in (1, 5, 64):
+        nats, bpb = evaluate(model, split, T, batch, None, nbytes, "cpu")
+        assert nats == pytest.approx(pair_nats.mean().item(), rel=1e-6)  # each target once, the tail too
+        assert bpb == pytest.approx(pair_nats.sum().item() / math.log(2) / nbytes[split[1:]].sum(), rel=1e-6)
+    # a sample of 4 windows, spread: the same as scoring those 4 windows' pairs alone, not the first 64 tokens
+    starts = [0, 15 * T, 31 * T, 46 * T]  # i * 62 // 4 windows of 16
+    want = torch.cat([pair_nats[s:s + T] for s in starts]).mean().item()
+    assert evaluate(model, split, T, 3, 4 * T, nbytes, "cpu")[0] == pytest.approx(want, rel=1e-6)
+    with pytest.raises(ValueError, match="shorter than one window"):
+        evaluate(model, split[:T], T, 1, None, nbytes, "cpu")
 
 
 @pytest.mark.parametrize("attn", list(DESIGNS))
@@ -86,6 +122,12 @@ def test_tiny_run_writes_log_and_checkpoint(tmp_path, attn):
         assert {"tokens", "flops", "train_loss", "lr", "dt", "tokens_per_s", "mfu"} <= s.keys()
         assert s["tokens"] == 256 * s["step"] and s["flops"] == s["tokens"] * header["flops_per_token"]
     assert sorted(curve(steps, "test_loss")) == [0, 2, 4] and "test_bpb" in steps[-1]
+    assert header["threads"] >= 1 and header["held_out"] == {"val": ["hamlet", "tempest"],
+                                                            "test": ["henry_v", "twelfth_night"]}
+    lines = [json.loads(l) for l in open(tmp_path / "r" / "log.jsonl")]
+    scores = [l for l in lines if l["type"] == "score"]  # one, right after the last step's line
+    assert len(scores) == 1 and lines[-1] is scores[0] and scores[0]["step"] == 4
+    assert {"val_loss", "val_bpb", "test_loss", "test_bpb"} <= scores[0].keys()
     ckpt = torch.load(tmp_path / "r" / "ckpt.pt", weights_only=False)
     assert ckpt["step"] == 4 and ckpt["model_config"]["attn"] == attn
 
@@ -181,7 +223,7 @@ def test_resume_restores_the_rng_state(tmp_path):
         with contextlib.redirect_stdout(io.StringIO()) as out:
             ev.main([str(path), *args])
         return float(re.search(r"test loss ([\d.]+)", out.getvalue()).group(1))
-    assert test_loss() == pytest.approx(curve(read_log(tmp_path / "r" / "log.jsonl")[1], "test_loss")[3], abs=1e-4)
+    assert test_loss() == pytest.approx(score(tmp_path / "r" / "log.jsonl")["test_loss"], abs=1e-4)
     ckpt = torch.load(path, weights_only=False)
     ckpt["model"]["lm_head.weight"] *= 300
     torch.save(ckpt, path)
