@@ -34,7 +34,7 @@ matplotlib.use("Agg")  # we only write files, so never need a window (works with
 import matplotlib.pyplot as plt
 
 from common import DESIGNS, design_keys, fail, warn
-from stats import RULE, fmt, gap, gap_head, render, seed_stats
+from stats import RULE, family, final_losses, fmt, gap, gap_head, render, seed_stats, welch
 from sweeps import cache, lr_mode, pareto_mode
 
 # one experiment: these match across all runs (and each design's own settings across its seeds)
@@ -225,9 +225,37 @@ def summarize(runs):
             r[f"reach_{x}"] = base[x] if r is base else reach(c[x], c["loss"], base["loss"])
             if r[f"reach_{x}"] is not None:
                 r[f"faster_{x}"] = 1 - r[f"reach_{x}"] / base[x]
+            if r is not base:
+                r[f"faster_{x}_ci"] = faster_interval(c, base["curve"], x)
         # a shorter run may still get there
         r["miss"] = "not yet" if r["tokens"] < base["tokens"] else "never"
-    return rows
+    return family(rows)
+
+
+def faster_interval(c, base, x, resamples=10_000):
+    """The 95% percentile interval of 'faster' (1 - x to reach MHA's final loss / MHA's x) over
+    bootstrap resamples of the seeds both curves have, each seed drawn with MHA's same seed
+    (numpy's generator, seed 0; docs/plan.md). -inf where a resample never gets there. None with
+    fewer than two such seeds."""
+    seed = lambda r: r["config"].get("seed")
+    mine = {seed(r): r for r in c["runs"]}
+    pairs = [(mine[seed(b)], b) for b in base["runs"] if seed(b) in mine]
+    if len(pairs) < 2:
+        return None
+    at = lambda r, steps: r["loss"][np.isin(r["step"], steps)]
+    own = np.stack([at(a, c["step"]) for a, _ in pairs])  # (seeds, evals)
+    ref = np.stack([at(b, base["step"])[-1:] for _, b in pairs])[:, 0]  # MHA's final eval per seed
+    pick = np.random.default_rng(0).integers(0, len(pairs), (resamples, len(pairs)))
+    loss, target = own[pick].mean(1), ref[pick].mean(1)  # (resamples, evals), (resamples,)
+    hit = loss <= target[:, None]
+    i = hit.argmax(1)  # the first eval at or below the target
+    xs, prev = c[x][i], c[x][np.maximum(i - 1, 0)]
+    l0, l1 = loss[np.arange(resamples), np.maximum(i - 1, 0)], loss[np.arange(resamples), i]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cross = np.where((i > 0) & (l0 > l1), prev + (l0 - target) / (l0 - l1) * (xs - prev), xs)
+    faster = np.where(hit.any(1), 1 - cross / base[x][-1], -np.inf)
+    lo, hi = np.quantile(faster, [0.025, 0.975], method="inverted_cdf")
+    return float(lo), float(hi)
 
 
 def unit(x, units):
@@ -304,9 +332,12 @@ def figure_mode(runs, x="tokens", seeds=False, xmin=0.1):
     rows = summarize(runs)
     fig, _, _ = draw(rows, x=x, seeds=seeds, xmin=xmin)
     base = next((r for r in rows if r["attn"] == "mha" and r["curve"]), None)
-    notes = [f"target: Standard MHA's final test loss {base['loss']:.4f} at "
-             f"{fmt(base['tokens'], 'count')} tokens; faster = 1 - design/MHA tokens (or FLOPs) to get "
-             f"there, interpolated between evals" if base else
+    notes = [f"test loss: every token of the test split at the last step where the logs have it "
+             f"(their score line), else the learning curve's last eval; faster: on the learning curve "
+             f"(eval_tokens of the test split), target Standard MHA's final {base['loss']:.4f} at "
+             f"{fmt(base['tokens'], 'count')} tokens, 1 - design/MHA tokens (or FLOPs) to get there, "
+             f"interpolated between evals; its 95% interval from 10,000 bootstrap resamples of the "
+             f"seeds, paired with MHA's ('never': some resamples do not get there)" if base else
              "no Standard MHA run with an eval: nothing to measure 'faster' against", RULE]
     for r in runs if seeds else []:
         last = f"{r['loss'][-1]:.4f} at step {r['step'][-1]}" if len(r["step"]) else "no eval yet"
@@ -314,19 +345,54 @@ def figure_mode(runs, x="tokens", seeds=False, xmin=0.1):
     return fig, results_table(rows), notes, (f"figure_{x}", "results.md")
 
 
+def deltas(runs):
+    """{design: its final test loss minus MHA's, seed by seed} at the runs' last eval step."""
+    step = max((r["step"][-1] for r in runs if len(r["step"])), default=None)
+    base = final_losses([r for r in runs if r["attn"] == "mha"], step)
+    out = {}
+    for attn in DESIGNS:
+        own = final_losses([r for r in runs if r["attn"] == attn], step)
+        if attn != "mha" and own:
+            out[attn] = [own[k] - base[k] for k in sorted(own) if k in base]
+    return out
+
+
+def versus_table(runs, other, there):
+    """The interaction of a design's gap to MHA with what two experiments change (a context, say):
+    Δ MHA here minus Δ MHA there. The two draw other batches, so Welch's t on the two sets of
+    paired Δ; one family over the designs (Holm)."""
+    here, away = deltas(runs), deltas(other)
+    rows = family([{"label": DESIGNS[a].label, "n": (len(here[a]), len(away[a])),
+                    "here": float(np.mean(here[a])), "there": float(np.mean(away[a])),
+                    **welch(here[a], away[a])}
+                   for a in here if a in away and len(here[a]) > 1 and len(away[a]) > 1])
+    head = ["design", "pairs here, there", "Δ MHA here", f"Δ MHA in {there}", "interaction", "95% CI",
+            "p", "Holm", "established"]
+    body = [[r["label"], "%d, %d" % r["n"], fmt(r["here"], "+.4f"), fmt(r["there"], "+.4f"), *gap(r)[1:6]]
+            for r in rows]
+    return render(head, body)
+
+
 # -----------------------------------------------------------------------------
 # output: Markdown tables, printed and written beside the figure
 
 
 def results_table(rows):
-    head = ["design", "seeds", "tokens", "test loss", "sd", *gap_head(), "KV B/tok", "KV % MHA",
-            "params", "FLOPs/tok", "6N/tok", "faster", "faster (compute)"]
-    faster = lambda r, x: fmt(r[f"faster_{x}"], "+.1%") if r[f"reach_{x}"] is not None else r["miss"]
-    body = [[r["label"], str(r["n"]), fmt(r["tokens"], "count"), fmt(r["loss"], ".4f"),
-             fmt(r["sd"], ".4f"), *gap(r), fmt(r["kv"], ".0f"), fmt(r["kv_pct"], ".1%"),
-             fmt(r["params"], "count"), fmt(r["fpt"], "sci"), fmt(r["paper_fpt"], "sci"),
+    """Two tables: the gaps (final test loss, the paired test, how much sooner each gets to MHA's
+    loss) and the costs (cache, parameters, FLOPs)."""
+    def faster(r, x):
+        point = fmt(r[f"faster_{x}"], "+.1%") if r[f"reach_{x}"] is not None else r["miss"]
+        ci = r.get(f"faster_{x}_ci")
+        end = lambda v: "never" if v == -math.inf else fmt(v, "+.1%")
+        return f"{point} [{end(ci[0])}, {end(ci[1])}]" if ci else point
+    head = ["design", "seeds", "test loss", "sd", *gap_head(), "faster (95% CI)",
+            "faster, compute (95% CI)"]
+    body = [[r["label"], str(r["n"]), fmt(r["mean"], ".4f"), fmt(r["sd"], ".4f"), *gap(r),
              faster(r, "tokens"), faster(r, "flops")] for r in rows]
-    return render(head, body)
+    head2 = ["design", "tokens", "KV B/tok", "KV % MHA", "params", "FLOPs/tok", "6N/tok"]
+    body2 = [[r["label"], fmt(r["tokens"], "count"), fmt(r["kv"], ".0f"), fmt(r["kv_pct"], ".1%"),
+              fmt(r["params"], "count"), fmt(r["fpt"], "sci"), fmt(r["paper_fpt"], "sci")] for r in rows]
+    return render(head, body) + "\n\n" + render(head2, body2)
 
 
 def write(out, fig, table, notes, names):
@@ -349,6 +415,17 @@ def write(out, fig, table, notes, names):
 # -----------------------------------------------------------------------------
 # main: read the logs, check them, draw and tabulate one mode, write the files
 
+def one_experiment(dirs, args):
+    """The runs under dirs, refused (exit 2) unless they are one experiment."""
+    runs = load_runs(dirs)
+    odd = odd_runs(runs, sweep=args.pareto, lr=args.lr)
+    if odd:
+        hint = "" if args.pareto or args.lr else "; a sweep? add --pareto or --lr"
+        fail(f"not one experiment, so not averaged: {'; '.join(odd)}; move these runs to a folder of "
+             f"their own and plot each folder{hint}")
+    return runs
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description="Redraw the paper's Figure 4 from out/<run>/log.jsonl.")
     p.add_argument("dirs", nargs="*", default=["out"], help="run folders or folders of runs (default: out)")
@@ -362,21 +439,28 @@ def main(argv=None):
                         help="a sweep: final loss against KV-cache size per setting")
     sweeps.add_argument("--lr", action="store_true",
                         help="a learning-rate sweep: final loss against the Muon rate")
+    p.add_argument("--versus", metavar="DIR", nargs="+",
+                   help="another experiment of the same designs (another context, say): how each "
+                        "design's gap to MHA differs between the two")
     p.error = fail  # bad arguments too: one line, exit status 2
     args = p.parse_args(argv)
 
-    runs = load_runs(args.dirs)
-    odd = odd_runs(runs, sweep=args.pareto, lr=args.lr)
-    if odd:
-        hint = "" if args.pareto or args.lr else "; a sweep? add --pareto or --lr"
-        fail(f"not one experiment, so not averaged: {'; '.join(odd)}; move these runs to a folder of "
-             f"their own and plot each folder{hint}")
+    if args.versus and (args.pareto or args.lr):
+        fail("--versus compares two figures' gaps; it does not go with --pareto or --lr")
+    runs = one_experiment(args.dirs, args)
+    other = one_experiment(args.versus, args) if args.versus else None
     if args.pareto:
         fig, table, notes, names = pareto_mode(runs)
     elif args.lr:
         fig, table, notes, names = lr_mode(runs)
     else:
         fig, table, notes, names = figure_mode(runs, x=args.x, seeds=args.seeds, xmin=args.xmin)
+    if other:
+        where = " ".join(args.versus)
+        table += f"\n\nAgainst {where}:\n\n" + versus_table(runs, other, where)
+        notes.append(f"interaction: Δ MHA here minus Δ MHA in {where}, each a mean over seeds of the "
+                     "paired difference; the two experiments draw other batches, so Welch's t on the two "
+                     "sets of Δ; Holm over the designs")
     first = args.dirs[0]  # by default the files go beside the logs
     out = args.out or (first if os.path.isdir(first) else os.path.dirname(first))
     write(out, fig, table, notes, names)

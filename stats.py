@@ -1,7 +1,10 @@
 """
 The statistics plot.py reports, with no scipy: Student's t distribution from the regularised
-incomplete beta function, the paired t-test of a gap over seeds, a setting's final losses, and the
-columns a gap takes in a Markdown table. numpy and math only, so plot.py stays light.
+incomplete beta function; the paired t-test of a gap over seeds, Welch's test of two independent
+means, the slope of a gap on a setting; Holm's correction within a table, the smallest gap a test
+would find, two one-sided tests of equivalence; a setting's final losses; and the columns a gap
+takes in a Markdown table. numpy and math only, so plot.py stays light. The plan they serve, fixed
+before the runs, is docs/plan.md.
 """
 import math
 
@@ -53,6 +56,14 @@ def t_quantile(q, df):
     return (lo + hi) / 2
 
 
+def t_test(m, se, df):
+    """The t-test of an estimate m with standard error se: its 95% interval and two-sided p."""
+    half = t_quantile(0.975, df) * se
+    p = t_p(m / se, df) if se > 0 else float(m == 0)  # every pair the same: no doubt of the mean
+    return {"lo": m - half, "hi": m + half, "p": p, "df": df, "se": se,
+            "established": bool(m - half > 0 or m + half < 0)}
+
+
 def paired_t(d):
     """A paired t-test of the differences d (one per seed): n, their mean and sd, the 95% interval
     of the mean from the t distribution with n - 1 degrees of freedom, the two-sided p-value of
@@ -60,21 +71,98 @@ def paired_t(d):
     d = np.asarray(d, dtype=float)
     n = len(d)
     out = {"pairs": n, "diff": float(d.mean()) if n else None, "diff_sd": None, "lo": None,
-           "hi": None, "p": None, "established": None}
+           "hi": None, "p": None, "established": None, "tost": None}
     if n < 2:
         return out
-    m, sd = out["diff"], float(d.std(ddof=1))
-    se = sd / math.sqrt(n)
-    half = t_quantile(0.975, n - 1) * se
-    p = t_p(m / se, n - 1) if se > 0 else float(m == 0)  # every pair the same: no doubt of the mean
-    return {**out, "diff_sd": sd, "lo": m - half, "hi": m + half, "p": p,
-            "established": bool(m - half > 0 or m + half < 0)}
+    sd = float(d.std(ddof=1))
+    return {**out, "diff_sd": sd, **t_test(out["diff"], sd / math.sqrt(n), n - 1), "tost": tost(d)}
 
 
-def final_losses(group, step):
-    """{seed: test loss at step} of the runs (plot.load_run's dicts) that reached it."""
-    return {r["config"].get("seed"): float(r["loss"][r["step"] == step][0])
-            for r in group if step in r["step"]}
+def welch(a, b):
+    """Welch's test of mean(a) - mean(b) from two independent samples (each of size >= 2): the
+    difference, its 95% interval and p, with the Welch-Satterthwaite degrees of freedom."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+    df = ((va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1)) if va + vb > 0
+          else len(a) + len(b) - 2)
+    m = float(a.mean() - b.mean())
+    return {"diff": m, "pairs": (len(a), len(b)), **t_test(m, math.sqrt(va + vb), df)}
+
+
+def slope(x, y, group):
+    """The least-squares slope of y on x with an intercept of its own for each group (a seed), so
+    that what a seed shares at every x cancels: the slope, its 95% interval and p (t with
+    points - groups - 1 degrees of freedom)."""
+    x, y, group = np.asarray(x, dtype=float), np.asarray(y, dtype=float), np.asarray(group)
+    xc, yc = x.copy(), y.copy()
+    for g in set(group.tolist()):  # centre within each group: the groups' intercepts drop out
+        xc[group == g] -= x[group == g].mean()
+        yc[group == g] -= y[group == g].mean()
+    b = float(xc @ yc / (xc @ xc))
+    df = len(x) - len(set(group.tolist())) - 1
+    se = math.sqrt(((yc - b * xc) ** 2).sum() / df / (xc @ xc))
+    return {"slope": b, "points": len(x), **t_test(b, se, df)}
+
+
+def holm(ps):
+    """Holm's step-down adjusted p-values of one family, in the order given (None stays None): the
+    i-th smallest p times (k - i), never below an earlier one, at most 1."""
+    order = sorted((p, i) for i, p in enumerate(ps) if p is not None)
+    out, run = [None] * len(ps), 0.0
+    for rank, (p, i) in enumerate(order):
+        run = max(run, min(1.0, (len(order) - rank) * p))
+        out[i] = run
+    return out
+
+
+def smallest_gap(sd, n, alpha, power=0.8):
+    """The smallest true mean difference a two-sided paired t-test at level alpha finds with the
+    given power, from n pairs of spread sd: (t_{1-alpha/2} + t_power) sd / sqrt(n), n - 1 degrees
+    of freedom (the usual approximation to the noncentral t's answer)."""
+    if sd is None or not isinstance(n, int) or n < 2:
+        return None
+    return (t_quantile(1 - alpha / 2, n - 1) + t_quantile(power, n - 1)) * sd / math.sqrt(n)
+
+
+MARGIN = 0.008  # nats: "no difference" means within this of MHA (docs/plan.md)
+
+
+def tost(d, margin=MARGIN):
+    """Two one-sided t-tests that the mean of the paired differences d lies inside ±margin: the
+    larger of the two one-sided p-values (equivalent at level 0.05 when it is below 0.05, i.e. when
+    the 90% interval lies inside the margin)."""
+    d = np.asarray(d, dtype=float)
+    if len(d) < 2:
+        return None
+    m, se, df = d.mean(), d.std(ddof=1) / math.sqrt(len(d)), len(d) - 1
+    if se == 0:
+        return float(abs(m) >= margin)
+    upper = lambda t: t_p(t, df) / 2 if t > 0 else 1 - t_p(t, df) / 2  # P(T >= t)
+    return max(upper((m + margin) / se), upper((margin - m) / se))
+
+
+def family(rows, alpha=0.05):
+    """One table's gaps as one family: each row with a paired test gets its Holm-adjusted p
+    (p_holm), 'established' by it, and the smallest gap it would find at 80% power at Holm's
+    strictest level (alpha / k)."""
+    tested = [r for r in rows if r.get("p") is not None]
+    for r, ph in zip(tested, holm([r["p"] for r in tested])):
+        r["p_holm"], r["established"] = ph, ph < alpha
+        r["finds"] = smallest_gap(r.get("diff_sd"), r["pairs"], alpha / len(tested))
+    return rows
+
+
+def final_losses(group, step, split="test"):
+    """{seed: loss at step} of the runs (plot.load_run's dicts) that reached it: the score line's
+    (every held-out token) where the run logged one at that step, else the learning curve's (test)."""
+    out = {}
+    for r in group:
+        score = r.get("score") or {}
+        if score.get("step") == step and f"{split}_loss" in score:
+            out[r["config"].get("seed")] = float(score[f"{split}_loss"])
+        elif split == "test" and step in r["step"]:
+            out[r["config"].get("seed")] = float(r["loss"][r["step"] == step][0])
+    return out
 
 
 def seed_stats(runs, base, step):
@@ -92,9 +180,12 @@ def seed_stats(runs, base, step):
 # how a gap is reported: the test's columns in the Markdown tables plot.py prints
 
 RULE = ("Δ: the mean over the seeds both sides ran (pairs) of the difference in final test loss, "
-        "seed by seed; 95% CI from the t distribution with pairs - 1 degrees of freedom; p: two-sided "
-        "paired t-test; established when the interval excludes 0 ('-' with fewer than two pairs). Of "
-        "k comparisons with no gap, about 0.05·k are established by chance")
+          "seed by seed; 95% CI from the t distribution with pairs - 1 degrees of freedom; p: two-sided "
+          "paired t-test, nominal; Holm: p adjusted by Holm's step-down correction over the table's k "
+          "comparisons (one family); established when Holm's p < 0.05 ('-' with fewer than two pairs); "
+          "finds: the smallest true gap the test would establish with 80% power at Holm's strictest "
+          f"level 0.05/k; ±{MARGIN}: two one-sided tests that |Δ| < {MARGIN} nats, 'yes' (p) when both "
+          "reject at 0.05, the only way a table says 'no difference'")
 
 
 def fmt(x, how):
@@ -111,16 +202,19 @@ def fmt(x, how):
 
 
 def gap_head(delta="Δ MHA"):
-    return ["pairs", delta, "95% CI", "p", "established"]
+    return ["pairs", delta, "95% CI", "p", "Holm", "established", "finds", f"±{MARGIN}"]
 
 
 def gap(r):
-    """The paired t-test's columns (stats.paired_t): pairs, mean Δ, 95% interval, p, established."""
+    """A gap's columns (paired_t, then family): pairs, mean Δ, 95% interval, nominal p, Holm's p,
+    established, the smallest gap found at 80% power, equivalence within the margin."""
     if r.get("diff") is None:
-        return ["0", "-", "-", "-", "-"]
+        return ["0", "-", "-", "-", "-", "-", "-", "-"]
     ci = f"[{r['lo']:+.4f}, {r['hi']:+.4f}]" if r["lo"] is not None else "-"
-    return [str(r["pairs"]), fmt(r["diff"], "+.4f"), ci, fmt(r["p"], ".2g"),
-            {True: "yes", False: "no", None: "-"}[r["established"]]]
+    same = r.get("tost")
+    same = "-" if same is None else f"yes ({same:.2g})" if same < 0.05 else f"no ({same:.2g})"
+    return [str(r["pairs"]), fmt(r["diff"], "+.4f"), ci, fmt(r["p"], ".2g"), fmt(r.get("p_holm"), ".2g"),
+            {True: "yes", False: "no", None: "-"}[r["established"]], fmt(r.get("finds"), ".4f"), same]
 
 
 def render(head, body):

@@ -10,7 +10,7 @@ import math
 import matplotlib.pyplot as plt
 
 from common import DESIGNS, design_keys, setting, warn
-from stats import RULE, final_losses, fmt, gap, gap_head, render, seed_stats
+from stats import RULE, family, final_losses, fmt, gap, gap_head, render, seed_stats, slope
 
 PAPER_MATRIX_LR = 0.02  # muon.MATRIX_LR (a test keeps the two equal; plot.py never imports torch)
 
@@ -101,13 +101,13 @@ def pareto_tables(rows, pairs):
 
 def pareto_mode(runs):
     """The cache sweep's figure, its tables, their notes and the files' names."""
-    rows = sweep(runs)
+    rows = family(sweep(runs))
     fig, _ = draw_pareto(rows)
     notes = [f"final test loss at step {rows[0]['step']} of every setting (mean over the seeds that "
              f"reached it); KV cache per token as the run's header counts it", RULE,
              "at nearly equal cache: two settings of two families, each the other family's nearest in "
              "cache size"]
-    return fig, pareto_tables(rows, budget_pairs(rows)), notes, ("figure_pareto", "pareto.md")
+    return fig, pareto_tables(rows, family(budget_pairs(rows))), notes, ("figure_pareto", "pareto.md")
 
 
 # -----------------------------------------------------------------------------
@@ -118,7 +118,8 @@ def lr_sweep(runs):
     seeds that every design has at every rate, so each mean is over the same seeds. Returns
     (rows, summary): rows per design and rate, Δ paired against the design at the paper's rate;
     summary per design, Δ MHA at the paper's rate beside Δ MHA's best at the design's own best
-    (the rate with the lowest mean)."""
+    (the rate with the lowest mean validation loss, or test loss for logs with no validation split),
+    and how Δ MHA moves with the rate (rate_slope)."""
     step = max((r["step"][-1] for r in runs if len(r["step"])), default=None)
     groups = {}
     for r in runs:
@@ -137,16 +138,39 @@ def lr_sweep(runs):
         paper = groups.get((attn, PAPER_MATRIX_LR))
         own = [{"attn": attn, "label": d.label, "lr": lr, "n": len(seeds), "step": step,
                 **seed_stats(groups[(attn, lr)], paper, step)} for lr in rates]
-        best = min(own, key=lambda r: r["mean"] if r["mean"] is not None else math.inf)["lr"]
+        # the choice reads validation wherever every run of the design has it
+        val = {lr: final_losses(groups[(attn, lr)], step, "val") for lr in rates}
+        on = "validation" if all(len(v) == len(seeds) for v in val.values()) else "test"
+        mean = lambda lr: (sum(val[lr].values()) / len(seeds) if on == "validation" else
+                           next(r["mean"] for r in own if r["lr"] == lr))
+        best = min(rates, key=lambda lr: mean(lr) if mean(lr) is not None else math.inf)
         rows += own
         summary.append({"attn": attn, "label": d.label, "best": best, "runs": groups[(attn, best)],
-                        "paper_runs": paper, "n": len(seeds),
+                        "paper_runs": paper, "n": len(seeds), "chosen_on": on,
                         "edge": len(rates) > 2 and best in (rates[0], rates[-1])})
     base = next((s for s in summary if s["attn"] == "mha"), None)
     for s in summary:
         s["paper"] = seed_stats(s["paper_runs"], base and base["paper_runs"], step) if s["paper_runs"] else {}
         s["own"] = seed_stats(s["runs"], base and base["runs"], step)
-    return rows, summary
+        s["rate"] = rate_slope(groups, s["attn"], step) if base and s is not base else {}
+    for key in ("paper", "own", "rate"):  # each column of tests is one family
+        family([s[key] for s in summary])
+    return family(rows), summary
+
+
+def rate_slope(groups, attn, step):
+    """How a design's gap to MHA moves with the Muon rate: the slope of Δ MHA (same seed, same rate)
+    on log2 of the rate, with an intercept per seed (stats.slope); None with fewer than two rates."""
+    x, y, seed = [], [], []
+    for (a, lr), g in groups.items():
+        if a == attn and ("mha", lr) in groups:
+            own, ref = final_losses(g, step), final_losses(groups[("mha", lr)], step)
+            for k in own.keys() & ref.keys():
+                x, y, seed = x + [math.log2(lr / PAPER_MATRIX_LR)], y + [own[k] - ref[k]], seed + [k]
+    if len(set(x)) < 2 or len(x) - len(set(seed)) - 1 < 1:
+        return {}
+    r = slope(x, y, seed)
+    return {**r, "diff": r["slope"], "pairs": r["points"], "diff_sd": None}
 
 
 def draw_lr(rows, summary):
@@ -171,13 +195,16 @@ def lr_tables(rows, summary):
     head = ["design", "matrix_lr", "x paper", "seeds", "test loss", "sd", *gap_head("Δ paper rate")]
     body = [[r["label"], fmt(r["lr"], ".4g"), fmt(r["lr"] / PAPER_MATRIX_LR, ".3g"), str(r["n"]),
              fmt(r["mean"], ".4f"), fmt(r["sd"], ".4f"), *gap(r)] for r in rows]
-    head2 = ["design", "seeds", "at the paper's rate: Δ MHA", "95% CI", "p",
-             "own best rate (x paper)", "at own best: Δ MHA at its best", "95% CI", "p"]
-    best = lambda s: (f"{fmt(s['best'], '.4g')} (x{fmt(s['best'] / PAPER_MATRIX_LR, '.3g')}"
-                      f"{', edge' if s['edge'] else ''})")
-    body2 = [[s["label"], str(s["n"]), *gap(s["paper"])[1:4], best(s), *gap(s["own"])[1:4]]
+    head2 = ["design", "seeds", "at the paper's rate: Δ MHA", "95% CI", "p", "Holm",
+             "own best rate (x paper, chosen on)", "at own best: Δ MHA at its best", "95% CI", "p", "Holm"]
+    best = lambda s: (f"{fmt(s['best'], '.4g')} (x{fmt(s['best'] / PAPER_MATRIX_LR, '.3g')}, "
+                      f"{s['chosen_on']}{', edge' if s['edge'] else ''})")
+    body2 = [[s["label"], str(s["n"]), *gap(s["paper"])[1:5], best(s), *gap(s["own"])[1:5]]
              for s in summary]
-    return render(head, body) + "\n\n" + render(head2, body2)
+    head3 = ["design", "points", "Δ MHA per doubling of the rate", "95% CI", "p", "Holm", "established"]
+    body3 = [[s["label"], str(s["rate"]["pairs"]), *gap(s["rate"])[1:6]] for s in summary if s["rate"]]
+    return (render(head, body) + "\n\n" + render(head2, body2)
+            + ("\n\nHow the gap to MHA moves with the rate:\n\n" + render(head3, body3) if body3 else ""))
 
 
 def lr_mode(runs):
@@ -187,7 +214,11 @@ def lr_mode(runs):
     notes = [f"final test loss at step {rows[0]['step']}, each design at each Muon rate (matrix_lr; "
              f"the AdamW rates as the runs set them), over the seeds every design has at every rate", RULE,
              "Δ paper rate: the design at this rate minus itself at the paper's; own best: the rate of "
-             "its lowest mean, chosen on the same seeds it is compared on (which flatters every design "
-             "a little); edge: the lowest or highest rate swept, so the design's own optimum may lie "
-             "beyond it"]
+             "its lowest mean validation loss (test loss where the logs have no validation split: then "
+             "it is chosen on the text and seeds it is compared on, which flatters every design a "
+             "little); a design swept at one rate: that rate, chosen elsewhere; edge: the lowest or "
+             "highest rate swept, so the design's own optimum may lie beyond it",
+             "families for Holm: the first table; each column of tests of the second; the third",
+             "per doubling: the least-squares slope of Δ MHA (same seed and rate) on log2 of the rate, "
+             "an intercept per seed, t with points - seeds - 1 degrees of freedom"]
     return fig, lr_tables(rows, summary), notes, ("figure_lr", "lr.md")

@@ -137,15 +137,36 @@ def test_summary_values_by_hand(runs_dir, capsys):
     assert rows["lrkv"]["sd"] is None and rows["mha"]["diff"] is None
     assert rows["gqa"]["kv_pct"] == pytest.approx(0.5) and rows["mla"]["kv_pct"] == pytest.approx(0.125)
     md = plot.results_table(list(rows.values()))
-    head = [c.strip() for c in md.splitlines()[0].strip("|").split("|")]
-    col = lambda label, name: cells(md, label)[head.index(name)]
-    assert col("LRKV", "faster") == "+26.7%" and col("LRKV", "faster (compute)") == "+28.1%"
-    assert col("LRKV", "Δ MHA") == "-0.1000" and col("GQA", "faster") == "+3.3%"
-    assert col("GQA", "test loss") == "2.7900" and col("GQA", "KV % MHA") == "50.0%" and col("GQA", "sd") == "0.0141"
-    assert col("MLA", "faster") == "not yet" and col("MQA", "faster (compute)") == "never"
-    lines = md.splitlines()
-    assert lines[1] == "|---|" + "---:|" * (len(head) - 1) and lines[2].startswith("| Standard MHA |")
-    assert {len(cells(md, r["label"])) for r in rows.values()} == {len(head)}
+    gaps, costs = md.split("\n\n")  # two tables: the gaps, the costs
+    head = lambda t: [c.strip() for c in t.splitlines()[0].strip("|").split("|")]
+    col = lambda label, name, t=gaps: cells(t, label)[head(t).index(name)]
+    # one seed each side (LRKV), or one pair (GQA): no interval on 'faster'
+    assert col("LRKV", "faster (95% CI)") == "+26.7%" and col("LRKV", "faster, compute (95% CI)") == "+28.1%"
+    assert col("LRKV", "Δ MHA") == "-0.1000" and col("GQA", "faster (95% CI)") == "+3.3%"
+    assert col("GQA", "test loss") == "2.7900" and col("GQA", "KV % MHA", costs) == "50.0%" and col("GQA", "sd") == "0.0141"
+    assert col("MLA", "faster (95% CI)") == "not yet" and col("MQA", "faster, compute (95% CI)") == "never"
+    assert col("MLA", "tokens", costs) == "3M"
+    for t in (gaps, costs):
+        lines = t.splitlines()
+        assert lines[1] == "|---|" + "---:|" * (len(head(t)) - 1) and lines[2].startswith("| Standard MHA |")
+        assert {len(cells(t, r["label"])) for r in rows.values()} == {len(head(t))}
+
+
+def test_faster_interval_by_hand(tmp_path):
+    # MHA's two seeds both reach 2.8 at 5M tokens; the design's seed 0 is LRKV's curve (+26.7%),
+    # its seed 1 MQA's (never), and their mean never gets to 2.8 either: a quarter of the resamples
+    # draw seed 0 twice, so the 97.5% point is +26.7% and the 2.5% point 'never'
+    d = tmp_path / "out"
+    for seed, losses in enumerate([LRKV, MQA]):
+        write(d / f"mha_s{seed}", [header("mha", f"mha_s{seed}", seed=seed)] + step_lines("mha", MHA))
+        write(d / f"lrkv_s{seed}", [header("lrkv", f"lrkv_s{seed}", seed=seed)] + step_lines("lrkv", losses))
+    lrkv = next(r for r in plot.summarize(plot.load_runs([str(d)])) if r["attn"] == "lrkv")
+    assert lrkv["faster_tokens_ci"] == (-math.inf, pytest.approx(1 - (11 / 3) / 5))
+    assert "never [never, +26.7%]" in cells(plot.results_table([lrkv]), "LRKV")
+    # both seeds LRKV's curve: every resample is the same, the interval is the point
+    write(d / "lrkv_s1", [header("lrkv", "lrkv_s1", seed=1)] + step_lines("lrkv", LRKV))
+    lrkv = next(r for r in plot.summarize(plot.load_runs([str(d)])) if r["attn"] == "lrkv")
+    assert lrkv["faster_tokens_ci"] == pytest.approx((1 - (11 / 3) / 5,) * 2)
 
 
 def test_figure_lines_styles_and_axes(runs_dir):
@@ -193,8 +214,9 @@ def test_main_writes_files_and_prints_table(runs_dir, tmp_path, capsys):
     assert (out / "figure_tokens.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (out / "figure_tokens.pdf").read_bytes()[:5] == b"%PDF-"
     md = (out / "results.md").read_text()
-    assert "| LRKV | 1 | 5M | 2.7000 | - | 1 | -0.1000 | - | - | - |" in md and "| GQA | 2 | 5M | 2.7900 | 0.0141 |" in md
-    assert "established when the interval excludes 0" in md and "figure_tokens.png" in stdout
+    assert "| LRKV | 1 | 2.7000 | - | 1 | -0.1000 | - | - | - | - | - | - | +26.7% | +28.1% |" in md
+    assert "| GQA | 2 | 2.7900 | 0.0141 |" in md and "| LRKV | 5M | 1024 | 50.0% |" in md
+    assert "established when Holm's p < 0.05" in md and "figure_tokens.png" in stdout
     assert stdout.startswith(md)  # the console shows the same Markdown
     # without --out, beside the logs; --x=flops leaves the token figure alone
     before = (out / "figure_tokens.png").read_bytes()
@@ -230,8 +252,8 @@ def test_seeds_are_told_apart_by_their_own_designs_settings(tmp_path, capsys):
             h["config"]["n_kv_head"] = kv
             write(d / h["run"], [h] + step_lines(attn, losses))
     assert plot.main([str(d)]) == 0
-    assert cells((d / "results.md").read_text(), "Standard MHA")[1:4] == ["2", "5M", "2.7900"]
-    assert cells((d / "results.md").read_text(), "MQA")[1:6] == ["2", "5M", "2.7900", "0.0141", "2"]
+    assert cells((d / "results.md").read_text(), "Standard MHA")[1:3] == ["2", "2.7900"]
+    assert cells((d / "results.md").read_text(), "MQA")[1:5] == ["2", "2.7900", "0.0141", "2"]
     rows = sweeps.sweep(plot.load_runs([str(d)]))
     assert [(r["setting"], r["n"]) for r in rows] == [("kv=4", 2), ("kv=1", 2)]  # one setting each
     # GQA's K/V heads are its own setting: two GQA runs that differ in them are two experiments
@@ -255,7 +277,7 @@ def test_no_eval_run_listed_not_drawn(tmp_path, capsys):
     fig, ax, _ = plot.draw(rows)
     assert [l.get_label() for l in ax.get_lines()] == ["Standard MHA"]
     gqa = cells(plot.results_table(rows), "GQA")
-    assert gqa[1] == "1" and gqa[2:5] == ["-"] * 3 and gqa[5] == "0" and gqa[6:10] == ["-"] * 4
+    assert gqa[1] == "1" and gqa[2:4] == ["-"] * 2 and gqa[4] == "0" and gqa[5:12] == ["-"] * 7
     assert gqa[-2:] == ["-", "-"]
 
 
@@ -323,8 +345,9 @@ def test_paired_statistics_by_hand(tmp_path):
     assert rows["lrkv"]["pairs"] == 3 and rows["lrkv"]["established"] is True
     assert rows["mqa"]["diff"] == pytest.approx(0.05 / 3) and rows["mqa"]["established"] is False
     assert rows["mha"]["diff"] is None and rows["mha"]["established"] is None
-    assert cells(plot.results_table(list(rows.values())), "LRKV")[5:10] == [
-        "3", "-0.0400", "[-0.0648, -0.0152]", "0.02", "yes"]
+    # Holm over the table's two comparisons: LRKV's p is the smaller, so doubled
+    assert cells(plot.results_table(list(rows.values())), "LRKV")[4:10] == [
+        "3", "-0.0400", "[-0.0648, -0.0152]", "0.02", "0.04", "yes"]
 
 
 def sweep_dir(tmp_path):
@@ -369,8 +392,9 @@ def test_pareto_sweep_points_and_files(tmp_path, capsys):
     assert lines["GQA"].get_ydata().tolist() == pytest.approx([2.97, 2.86])
     md = (d / "pareto.md").read_text()
     assert "| LRKV | r=8 | 50.0% |" in md and "| GQA | kv=2 | 50.0% |" in md
-    assert "| 2 | +0.0500 | [-0.0771, +0.1771] | 0.13 | no |" in md
-    assert "| LRKV r=2 - GQA kv=1 | 31.2% vs 25.0% | 2 | -0.0550 | [-0.1185, +0.0085] | 0.058 | no |" in md
+    # Holm within each table: 4 comparisons against MHA, 2 pairs
+    assert "| 2 | +0.0500 | [-0.0771, +0.1771] | 0.13 | 0.25 | no |" in md
+    assert "| LRKV r=2 - GQA kv=1 | 31.2% vs 25.0% | 2 | -0.0550 | [-0.1185, +0.0085] | 0.058 | 0.12 | no |" in md
 
 
 def test_bad_arguments_are_one_line(runs_dir, capsys):
@@ -444,9 +468,63 @@ def test_lr_sweep_each_design_at_its_own_best_rate(tmp_path, capsys):
     assert s["lrkv"]["own"]["diff"] == pytest.approx(own["diff"]) and s["lrkv"]["own"]["p"] == pytest.approx(own["p"])
     assert s["lrkv"]["paper"]["established"] is True and s["lrkv"]["own"]["established"] is True  # the sign flips
     md = (d / "lr.md").read_text()
-    assert "| LRKV | 0.01 | 0.5 | 3 |" in md and "0.01 (x0.5, edge)" in md and "0.02 (x1) |" in md
+    assert "| LRKV | 0.01 | 0.5 | 3 |" in md and "0.01 (x0.5, test, edge)" in md and "0.02 (x1, test) |" in md
     assert s["lrkv"]["edge"] is True and s["mha"]["edge"] is False  # LRKV's best is the lowest rate swept
+    # Δ MHA at 0.01, 0.02, 0.04 by seed: -0.12 +0.03 +0.10, -0.11 +0.02 +0.10, -0.12 +0.04 +0.10; with
+    # an intercept per seed the slope per doubling is (0.22 + 0.21 + 0.22) / 6
+    assert s["lrkv"]["rate"]["slope"] == pytest.approx(0.65 / 6) and s["lrkv"]["rate"]["df"] == 9 - 3 - 1
+    assert "| LRKV | 9 | +0.1083 |" in md and s["mha"]["rate"] == {}
     fig, ax = sweeps.draw_lr(rows, summary)
     lines = {c.get_label(): c.lines[0] for c in ax.containers}
     assert sorted(lines) == ["LRKV", "Standard MHA"] and ax.get_xscale() == "log"
     assert lines["LRKV"].get_xdata().tolist() == [0.01, 0.02, 0.04]
+
+
+def test_lr_sweep_chooses_each_rate_on_validation(tmp_path, capsys):
+    # test prefers LRKV at 0.01, validation at 0.02: with score lines the choice reads validation
+    val = {0.01: 2.95, 0.02: 2.90, 0.04: 2.99}
+    d = tmp_path / "lr"
+    for attn in ("mha", "lrkv"):
+        for lr, v in val.items():
+            for seed in range(2):
+                h = header(attn, f"{attn}_lr{lr}_s{seed}", seed=seed)
+                h["config"]["matrix_lr"] = lr
+                last = 2.80 + (lr == 0.01 and attn == "lrkv") * -0.1 + 0.01 * seed
+                score = {"type": "score", "step": 200, "val_loss": v + 0.01 * seed, "test_loss": last - 0.5}
+                write(d / h["run"], [h] + step_lines(attn, [4.0, 3.0, last]) + [score])
+    rows, summary = sweeps.lr_sweep(plot.load_runs([str(d)]))
+    s = {x["attn"]: x for x in summary}
+    assert s["lrkv"]["best"] == 0.02 and s["lrkv"]["chosen_on"] == "validation"
+    assert rows[3]["mean"] == pytest.approx(2.70 - 0.5 + 0.005)  # the tables read the score's test loss
+    # one run without its score line: that design's choice falls back to test, and says so
+    write(d / "lrkv_lr0.04_s1", [header("lrkv", "lrkv_lr0.04_s1", seed=1, config=dict(
+        header("lrkv", "x")["config"], seed=1, matrix_lr=0.04))] + step_lines("lrkv", [4.0, 3.0, 2.81]))
+    _, summary = sweeps.lr_sweep(plot.load_runs([str(d)]))
+    assert {x["attn"]: x["chosen_on"] for x in summary} == {"mha": "validation", "lrkv": "test"}
+
+
+def test_runs_scored_on_other_held_out_text_are_not_one_experiment(runs_dir, capsys):
+    # a log from before the validation/test split (no held_out) beside one from after
+    h = header("lrkv", "new", seed=1, held_out={"val": ["hamlet", "tempest"], "test": ["henry_v", "twelfth_night"]})
+    write(runs_dir / "new", [h] + step_lines("lrkv", LRKV))
+    err, _ = refused([str(runs_dir)], capsys)
+    assert "new (held_out=" in err and "henry_v" in err
+
+
+def test_versus_prints_each_designs_interaction_with_welchs_t(tmp_path, capsys):
+    # here LRKV - MHA is -0.04, -0.05, -0.03 by seed; there +0.01, +0.02, +0.00: interaction -0.05
+    here, there = tmp_path / "here", tmp_path / "there"
+    for d, final in [(here, {"mha": [2.80, 2.90, 2.85], "lrkv": [2.76, 2.85, 2.82]}),
+                     (there, {"mha": [2.70, 2.72, 2.74], "lrkv": [2.71, 2.74, 2.74]})]:
+        for attn, losses in final.items():
+            for seed, last in enumerate(losses):
+                h = header(attn, f"{attn}{seed}", seed=seed, shape=dict(SMALL, block_size=256 if d == here else 64))
+                write(d / h["run"], [h] + step_lines(attn, [4.0, 3.0, last]))
+    assert plot.main([str(here), "--versus", str(there)]) == 0
+    md = (here / "results.md").read_text()
+    want = stats.welch([-0.04, -0.05, -0.03], [0.01, 0.02, 0.00])
+    assert want["diff"] == pytest.approx(-0.05)
+    row = cells(md.split(f"Against {there}:")[1], "LRKV")
+    assert row[1:5] == ["3, 3", "-0.0400", "+0.0100", "-0.0500"] and row[6] == f"{want['p']:.2g}"
+    assert "Welch" in md
+    assert "does not go with" in refused([str(here), "--versus", str(there), "--lr"], capsys)[0]

@@ -1,0 +1,93 @@
+"""stats.py's tests against answers computed another way: scipy (a dev extra, tests only), a full
+least-squares fit, hand-worked examples. plot.py and stats.py themselves never import scipy."""
+import math
+
+import numpy as np
+import pytest
+import scipy.stats as scipy_stats
+
+import stats
+
+RNG = np.random.default_rng(0)
+SAMPLES = [RNG.normal(0.004, 0.008, n) for n in (3, 5, 12, 30)]
+
+
+@pytest.mark.parametrize("d", SAMPLES)
+def test_paired_t_is_scipys_one_sample_t(d):
+    r, ref = stats.paired_t(d), scipy_stats.ttest_1samp(d, 0.0)
+    lo, hi = ref.confidence_interval(0.95)
+    assert r["p"] == pytest.approx(ref.pvalue, rel=1e-6)
+    assert (r["lo"], r["hi"]) == pytest.approx((lo, hi), rel=1e-6)
+
+
+@pytest.mark.parametrize("a, b", [(SAMPLES[2], SAMPLES[1]), (SAMPLES[3], SAMPLES[0] * 3), (SAMPLES[2], SAMPLES[2] + 0.01)])
+def test_welch_is_scipys_unequal_variance_t(a, b):
+    r, ref = stats.welch(a, b), scipy_stats.ttest_ind(a, b, equal_var=False)
+    lo, hi = ref.confidence_interval(0.95)
+    assert r["diff"] == pytest.approx(a.mean() - b.mean())
+    assert r["p"] == pytest.approx(ref.pvalue, rel=1e-6) and r["df"] == pytest.approx(ref.df, rel=1e-9)
+    assert (r["lo"], r["hi"]) == pytest.approx((lo, hi), rel=1e-6)
+
+
+def test_slope_with_an_intercept_per_seed_is_the_full_least_squares_fit():
+    seeds, x = np.repeat([0, 1, 2], 5), np.tile(np.log2([0.5, 0.7, 1, 1.4, 2]), 3)
+    y = 0.01 * x + np.array([0.003, -0.004, 0.008])[seeds] + RNG.normal(0, 0.004, 15)
+    r = stats.slope(x, y, seeds)
+    # the same model as a design matrix: the slope and one dummy column per seed, no other intercept
+    X = np.column_stack([x] + [(seeds == s).astype(float) for s in range(3)])
+    coef, res, *_ = np.linalg.lstsq(X, y, rcond=None)
+    df = 15 - 4
+    se = math.sqrt(res[0] / df * np.linalg.inv(X.T @ X)[0, 0])
+    assert r["slope"] == pytest.approx(coef[0], rel=1e-9) and r["df"] == df and r["se"] == pytest.approx(se, rel=1e-9)
+    assert r["p"] == pytest.approx(2 * scipy_stats.t.sf(abs(coef[0] / se), df), rel=1e-6)
+    assert r["hi"] - r["slope"] == pytest.approx(scipy_stats.t.ppf(0.975, df) * se, rel=1e-6)
+    # a shared offset per seed changes nothing: it is what the intercepts absorb
+    assert stats.slope(x, y + np.array([1.0, -2.0, 0.5])[seeds], seeds)["slope"] == pytest.approx(r["slope"], rel=1e-9)
+
+
+def test_holm_by_hand_and_by_its_definition():
+    # sorted 0.005, 0.01, 0.03, 0.04 times 4, 3, 2, 1 = 0.02, 0.03, 0.06, 0.04 -> running max 0.06
+    assert stats.holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert stats.holm([0.5, None, 0.9]) == pytest.approx([1.0, None, 1.0])
+    # definition: H_i is rejected at level a iff every smaller-or-equal p_(j) <= a / (k - j)
+    ps = RNG.uniform(0, 0.2, 7).tolist()
+    adj, order = stats.holm(ps), sorted(range(7), key=lambda i: ps[i])
+    for a in (0.01, 0.05, 0.1):
+        rejected = set()
+        for j, i in enumerate(order):
+            if ps[i] > a / (7 - j):
+                break
+            rejected.add(i)
+        assert {i for i in range(7) if adj[i] <= a} == rejected
+
+
+@pytest.mark.parametrize("n, sd, alpha", [(12, 0.0083, 0.0125), (5, 0.01, 0.05), (30, 0.004, 0.05 / 3)])
+def test_smallest_gap_is_the_t_formula_and_near_the_noncentral_t(n, sd, alpha):
+    got = stats.smallest_gap(sd, n, alpha)
+    want = (scipy_stats.t.ppf(1 - alpha / 2, n - 1) + scipy_stats.t.ppf(0.8, n - 1)) * sd / math.sqrt(n)
+    assert got == pytest.approx(want, rel=1e-6)
+    # the exact power of the two-sided test at that gap, from the noncentral t: about 0.8
+    tc, nc = scipy_stats.t.ppf(1 - alpha / 2, n - 1), got / (sd / math.sqrt(n))
+    power = scipy_stats.nct.sf(tc, n - 1, nc) + scipy_stats.nct.cdf(-tc, n - 1, nc)
+    assert 0.78 < power < 0.82
+    assert stats.smallest_gap(None, 12, 0.05) is None and stats.smallest_gap(0.01, 1, 0.05) is None
+
+
+@pytest.mark.parametrize("d", SAMPLES[1:] + [RNG.normal(0.0, 0.002, 12), RNG.normal(0.012, 0.002, 12)])
+def test_tost_is_two_one_sided_scipy_tests(d):
+    lower = scipy_stats.ttest_1samp(d, -stats.MARGIN, alternative="greater").pvalue
+    upper = scipy_stats.ttest_1samp(d, stats.MARGIN, alternative="less").pvalue
+    assert stats.tost(d) == pytest.approx(max(lower, upper), rel=1e-6)
+    # equivalent at 0.05 exactly when the 90% interval lies inside the margin
+    lo, hi = scipy_stats.ttest_1samp(d, 0.0).confidence_interval(0.90)
+    assert (stats.tost(d) < 0.05) == (-stats.MARGIN < lo and hi < stats.MARGIN)
+
+
+def test_family_adjusts_within_a_table_and_sizes_each_test():
+    rows = [{"label": "base"}] + [stats.paired_t(d) for d in SAMPLES[1:]]
+    stats.family(rows)
+    ps = [r["p"] for r in rows[1:]]
+    assert [r["p_holm"] for r in rows[1:]] == pytest.approx(stats.holm(ps))
+    assert [r["established"] for r in rows[1:]] == [p < 0.05 for p in stats.holm(ps)]
+    assert rows[2]["finds"] == pytest.approx(stats.smallest_gap(rows[2]["diff_sd"], 12, 0.05 / 3))
+    assert "p_holm" not in rows[0]
