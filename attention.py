@@ -83,12 +83,15 @@ def attend(q, k, v, scale=None, mask=None):
 
 
 class KVCache:
-    """One layer's cache: buffers (B, max_len, ...) of what a design keeps per token, allocated at
-    the first write, zeroed (a slot not yet written is masked, and must not hold a NaN). write()
-    stores the new tokens in place and returns every buffer whole, with the mask (T, max_len) of
-    the slots each new token may attend to: slot j for the token at position p iff j <= p.
-    n counts the tokens cached by the plain calls of GPT.forward; a call with explicit positions
-    (the compiled decode step) leaves it to the caller."""
+    """One layer's cache: head-major buffers (B, heads, max_len, d) of what a design keeps per
+    token, allocated at the first write, zeroed (a slot not yet written is masked, and must not
+    hold a NaN). Head-major: each head's tokens are one contiguous (max_len, d) block, which the
+    decode step's batched matmuls read where it lies at any batch size ((B, max_len, heads, d),
+    read through a transpose, was copied whole every step). write() takes the new tokens as
+    (B, heads, T, d), stores them in place and returns every buffer whole, with the mask
+    (T, max_len) of the slots each new token may attend to: slot j for the token at position p iff
+    j <= p. n counts the tokens cached by the plain calls of GPT.forward; a call with explicit
+    positions (the compiled decode step) leaves it to the caller."""
 
     def __init__(self, max_len):
         self.max_len, self.n, self.buf = max_len, 0, {}
@@ -96,15 +99,15 @@ class KVCache:
     def write(self, pos, **new):
         for name, x in new.items():
             if name not in self.buf:
-                self.buf[name] = x.new_zeros(x.size(0), self.max_len, *x.shape[2:])
+                self.buf[name] = x.new_zeros(*x.shape[:2], self.max_len, x.size(3))
                 if not torch.compiler.is_compiling():
                     # one address for the cache's life: a compiled decode step run as a CUDA graph
                     # (mode="reduce-overhead") then writes it in place instead of copying it in and out
                     torch._dynamo.mark_static_address(self.buf[name])
             if pos is None:  # a prefill: positions 0..T-1
-                self.buf[name][:, :x.size(1)] = x
+                self.buf[name][:, :, :x.size(2)] = x
             else:
-                self.buf[name].index_copy_(1, pos, x)
+                self.buf[name].index_copy_(2, pos, x)
         if pos is None:
             return self.buf, None
         return self.buf, torch.arange(self.max_len, device=pos.device) <= pos[:, None]  # (T, max_len)
@@ -133,12 +136,13 @@ class GroupedQueryAttention(nn.Module):
         k = self.c_k(x).view(B, T, self.Hkv, self.d_h)  # (B, T, Hkv, d_h)
         v = self.c_v(x).view(B, T, self.Hkv, self.d_h)  # (B, T, Hkv, d_h)
         q, k = norm(rope(q, cos, sin)), norm(rope(k, cos, sin))  # RoPE then QK-norm
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, heads, T, d_h)
         mask = None
         if cache is not None:  # cache the rotated, normalised keys: 2·Hkv·d_h per token
             c, mask = cache.write(pos, k=k, v=v)
             if pos is not None:
-                k, v = c["k"], c["v"]  # (B, max_len, Hkv, d_h)
-        y = attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), self.scale, mask)  # (B, H, T, d_h)
+                k, v = c["k"], c["v"]  # (B, Hkv, max_len, d_h), read in place
+        y = attend(q, k, v, self.scale, mask)  # (B, H, T, d_h)
         return self.c_proj(y.transpose(1, 2).reshape(B, T, self.H * self.d_h))
 
 
@@ -188,7 +192,7 @@ class MLA(nn.Module):
         H, d_n, d_r, d_v = self.H, self.d_n, self.d_r, self.d_v
         q_nope, q_pe, c_kv, k_pe = self.project(x, cos[:T], sin[:T])
         if cache is not None:  # a prefill: what a token leaves in the cache, d_c + d_r numbers
-            cache.write(None, ckv_pe=torch.cat([c_kv, k_pe], dim=-1))
+            cache.write(None, ckv_pe=torch.cat([c_kv, k_pe], dim=-1).unsqueeze(1))  # (B, 1, T, d_c + d_r)
         # up-project the latent to full per-head keys and values (naive, fused causal attention)
         k_nope = self.W_uk(c_kv).view(B, T, H, d_n)  # (B, T, H, d_n)
         v = self.W_uv(c_kv).view(B, T, H, d_v)  # (B, T, H, d_v)
@@ -204,12 +208,12 @@ class MLA(nn.Module):
         B, T, C = x.size()
         H, d_n, d_c, d_v = self.H, self.d_n, self.d_c, self.d_v
         q_nope, q_pe, c_kv, k_pe = self.project(x, cos, sin)
-        c, mask = cache.write(pos, ckv_pe=torch.cat([c_kv, k_pe], dim=-1))
+        c, mask = cache.write(pos, ckv_pe=torch.cat([c_kv, k_pe], dim=-1).unsqueeze(1))  # (B, 1, T, d_c + d_r)
         W_uk = self.W_uk.weight.view(H, d_n, d_c)  # (H, d_n, d_c)
         W_uv = self.W_uv.weight.view(H, d_v, d_c)  # (H, d_v, d_c)
         q_c = torch.einsum("bthn,hnc->bthc", q_nope, W_uk)  # (B, T, H, d_c)
         q = torch.cat([q_c, q_pe], dim=-1).transpose(1, 2)  # (B, H, T, d_c + d_r)
-        kv = c["ckv_pe"].unsqueeze(1)  # (B, 1, max_len, d_c + d_r): the key; its first d_c, c_kv, the value
+        kv = c["ckv_pe"]  # (B, 1, max_len, d_c + d_r): the key; its first d_c, c_kv, the value
         y = attend(q, kv, kv[..., :d_c], self.scale, mask)  # (B, H, T, d_c): attention-weighted latents
         y = torch.einsum("bhtc,hvc->bthv", y, W_uv)  # (B, T, H, d_v)
         return self.c_proj(y.reshape(B, T, H * d_v))
@@ -275,8 +279,9 @@ class LRKV(nn.Module):
         if cached:
             # the small cache, 2·d_h + 2·H·r + H: the shared key already rotated (RoPE is linear), the
             # latents, and each head's 1/rms (QK-norm's divisor), so decode never rebuilds a key
-            k_inv = rms_inv(k).squeeze(-1).type_as(k)  # (B, T, H), as norm()
-            c, mask = cache.write(pos, k_s=k_s_rot, k_inv=k_inv, v_s=v_s, r_k=r_k, r_v=r_v)
+            k_inv = rms_inv(k).type_as(k)  # (B, T, H, 1), as norm()
+            c, mask = cache.write(pos, k_s=k_s_rot.unsqueeze(1), v_s=v_s.unsqueeze(1), k_inv=k_inv.transpose(1, 2),
+                                  r_k=r_k.transpose(1, 2), r_v=r_v.transpose(1, 2))  # (B, heads, T, d)
             if pos is not None:
                 return self.decode(q, c, mask, cos, sin)
         # training and prefill: RoPE and QK-norm of the full keys, then attention as MHA's
@@ -290,18 +295,21 @@ class LRKV(nn.Module):
         q (B, T, H, d_h) normed and rotated; cos/sin the tables of every position."""
         B, T, H, d_h = q.shape
         B_k, B_v = self.B_k.view(H, d_h, self.r), self.B_v.view(H, d_h, self.r)
-        att = q.transpose(1, 2) @ c["k_s"].unsqueeze(1).transpose(-2, -1)  # (B, H, T, Tk): q·RoPE_s(K_s)
+        Tk = c["k_s"].size(2)
+        q = q.transpose(1, 2)  # (B, H, T, d_h)
+        # every head against the one shared key: the heads fold into the query length, so the
+        # matmul reads the (B, 1, Tk, d_h) cache in place rather than expanding it H times
+        att = (q.reshape(B, 1, H * T, d_h) @ c["k_s"].transpose(-2, -1)).view(B, H, T, Tk)  # q·RoPE_s(K_s)
         if self.factored:  # the residual is not rotated: B_h moves into the query, Eq. 6
-            qB = torch.einsum("bthd,hdr->bthr", q, B_k)  # (B, T, H, r): q B_h
-            att = att + torch.einsum("bthr,bshr->bhts", qB, c["r_k"])  # (B, H, T, Tk): + (q B_h)·R_s
+            qB = torch.einsum("bhtd,hdr->bhtr", q, B_k)  # (B, H, T, r): q B_h
+            att = att + qB @ c["r_k"].transpose(-2, -1)  # (B, H, T, Tk): + (q B_h)·R_s
         else:
-            Tk = c["k_s"].size(1)
             att = att + self.rotated_residual_scores(q, B_k, cos[:Tk], sin[:Tk], c["r_k"])
-        att = att * c["k_inv"].transpose(1, 2).unsqueeze(2) * self.scale  # QK-norm of the key, then scale
+        att = att * c["k_inv"].transpose(-2, -1) * self.scale  # QK-norm of the key (B, H, 1, Tk), then scale
         att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
         # values never need rebuilding, Eq. 7: a V_h = a V_s + (a R_h^V) B_h^Vᵀ
-        y = att @ c["v_s"].unsqueeze(1)  # (B, H, T, d_h): a V_s, the shared head
-        a_r = torch.einsum("bhts,bshr->bhtr", att, c["r_v"])  # (B, H, T, r): a R_h^V
+        y = (att.reshape(B, 1, H * T, Tk) @ c["v_s"]).view(B, H, T, d_h)  # a V_s, the shared head
+        a_r = att @ c["r_v"]  # (B, H, T, r): a R_h^V
         y = y + torch.einsum("bhtr,hdr->bhtd", a_r, B_v)  # (B, H, T, d_h)
         return self.c_proj(y.transpose(1, 2).reshape(B, T, H * d_h))
 
@@ -312,13 +320,14 @@ class LRKV(nn.Module):
         q·RoPE_s(R_s B_hᵀ) = (B_hᵀ RoPE_s⁻¹ q)·R_s, and with halves q1, q2 and angles (cos_s, sin_s)
         per frequency f, RoPE_s⁻¹ q = [q1 cos_s - q2 sin_s, q1 sin_s + q2 cos_s], so
         (B_hᵀ RoPE_s⁻¹ q)_j = Σ_f cos_sf·(B1 q1 + B2 q2)_fj + sin_sf·(B2 q1 - B1 q2)_fj: one
-        (Tk, d_h) x (d_h, H·r) product with the RoPE table, no (Tk, H, d_h) keys in memory.
-        q (B, T, H, d_h), B_k (H, d_h, r), cos/sin (Tk, d_h/2), r_k (B, Tk, H, r) -> (B, H, T, Tk)."""
+        (B·H·T·r, d_h) x (d_h, Tk) product with the RoPE table, no (Tk, H, d_h) keys in memory.
+        q (B, H, T, d_h), B_k (H, d_h, r), cos/sin (Tk, d_h/2), r_k (B, H, Tk, r) -> (B, H, T, Tk)."""
         d = q.size(-1) // 2
-        q1, q2 = q[..., :d].unsqueeze(-1), q[..., d:].unsqueeze(-1)  # (B, T, H, d/2, 1)
-        B1, B2 = B_k[:, :d], B_k[:, d:]  # (H, d/2, r)
-        P = torch.cat([q1 * B1 + q2 * B2, q1 * B2 - q2 * B1], dim=-2)  # (B, T, H, d_h, r)
+        q1, q2 = q[..., None, :d], q[..., None, d:]  # (B, H, T, 1, d/2)
+        Bt = B_k.transpose(1, 2)[:, None]  # (H, 1, r, d_h): B_hᵀ
+        B1, B2 = Bt[..., :d], Bt[..., d:]  # (H, 1, r, d/2)
+        P = torch.cat([q1 * B1 + q2 * B2, q1 * B2 - q2 * B1], dim=-1)  # (B, H, T, r, d_h)
         trig = torch.cat([cos, sin], dim=-1).to(q.dtype)  # (Tk, d_h)
-        qB = torch.einsum("sf,bthfr->bhtsr", trig, P)  # (B, H, T, Tk, r): B_hᵀ RoPE_s⁻¹(q) for every s
-        return torch.einsum("bhtsr,bshr->bhts", qB, r_k)
+        qB = P @ trig.T  # (B, H, T, r, Tk): B_hᵀ RoPE_s⁻¹(q) for every s, as one matmul
+        return torch.linalg.vecdot(qB, r_k.transpose(-2, -1).unsqueeze(2), dim=-2)  # (B, H, T, Tk)
 

@@ -230,8 +230,10 @@ def decode_bench(cfg, contexts, steps=30, device="cpu", dtype=torch.float32, bat
     prefill of N-1, so it attends over N positions; every step writes that token into the same
     slot, so every timed step sees exactly N. Each repetition runs every design and mode once, in
     a rotating order; the median step is reported. modes: "eager", "compiled" and/or "graphs"
-    (GPT.decoder: compiled, and "reduce-overhead", a CUDA graph; the warm-up steps pay for compiling). Returns {(design, N, mode): dict(ms=per step, tok_s=,
-    vs_mha=tok/s over MHA's in that mode, mflop=forward FLOPs per token[, ms_no_cache=])}."""
+    (GPT.decoder: compiled, and "reduce-overhead", a CUDA graph; the warm-up steps pay for compiling).
+    Returns {(design, N, mode): dict(ms=per step, tok_s=batch tokens a second, vs_mha=tok/s over
+    MHA's in that mode, mflop=forward FLOPs per token, bytes=what a step must read (cache and
+    weights, flops.decode_bytes), gbs=those bytes over the step's time[, ms_no_cache=])}."""
     for N in contexts:
         check_context(N, cfg)
     models = {a: build(c, device, dtype) for a, c in design_cfgs(cfg).items()}
@@ -258,7 +260,8 @@ def decode_bench(cfg, contexts, steps=30, device="cpu", dtype=torch.float32, bat
                         t_full[a, mode].append(dt_full)
             for a, mode in names:
                 ms = 1000 * statistics.median(t_step[a, mode])
-                out[a, N, mode] = dict(ms=ms, tok_s=1000 * batch / ms,
+                nbytes = flops.decode_bytes(models[a].cfg, N, batch, dtype.itemsize)
+                out[a, N, mode] = dict(ms=ms, tok_s=1000 * batch / ms, bytes=nbytes, gbs=nbytes / ms / 1e6,
                                        mflop=flops.decode_flops_per_token(models[a].cfg, N) / 1e6)
                 if no_cache:
                     out[a, N, mode]["ms_no_cache"] = 1000 * statistics.median(t_full[a, mode])
@@ -277,26 +280,51 @@ def print_kv(args, cfg, device, dtype):
               f"{r['allocated'] / T / 1024:10.2f} {r['pct_mha']:6.1f}")
 
 
+def machine_rates(device, dtype):
+    """What this device does at best, measured now: bytes/s read (a sum over 512 MB; 2 GB on a
+    GPU) and FLOP/s of a large matmul in dtype, each the best of 5 after a warm-up."""
+    timed, gpu = timer(device), device.startswith("cuda")
+    x = torch.ones((2 << 30 if gpu else 512 << 20) // 4, device=device)
+    x.sum()
+    read = x.numel() * 4 / min(timed(x.sum) for _ in range(5))
+    del x
+    n = 8192 if gpu else 2048
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    a @ a
+    return read, 2 * n ** 3 / min(timed(lambda: a @ a) for _ in range(5))
+
+
 def print_decode(args, cfg, device, dtype):
-    contexts, modes, nc = args.contexts, args.modes.split(","), args.no_cache
-    res = decode_bench(cfg, contexts, args.steps, device, torch_dtype(dtype), no_cache=nc, modes=modes)
+    contexts, modes, nc, batch = args.contexts, args.modes.split(","), args.no_cache, args.batch_size or 1
+    res = decode_bench(cfg, contexts, args.steps, device, torch_dtype(dtype), batch, no_cache=nc, modes=modes)
+    read, rate = machine_rates(device, torch_dtype(dtype))
     # other processes on the cores wreck CPU timings: show the load the run started under
-    where = device_name(device) + ("" if device.startswith("cuda") else f", {torch.get_num_threads()} "
-                                   f"threads, load average {os.getloadavg()[0]:.1f}")
-    print(f"decode, batch 1, {dtype}; preset {args.preset}: {shape(cfg)}; {where}; median of {args.steps} "
+    name = device_name(device)
+    where = name + ("" if device.startswith("cuda") else f", {torch.get_num_threads()} "
+                    f"threads, load average {os.getloadavg()[0]:.1f}")
+    peak_bw = flops.peak_bandwidth(name) if device.startswith("cuda") else None
+    print(f"decode, batch {batch}, {dtype}; preset {args.preset}: {shape(cfg)}; {where}; median of {args.steps} "
           f"steps after warm-up, designs and modes interleaved")
-    print("per context: ms/token, tokens/s, tokens/s vs MHA, forward MFLOP per token "
-          "(flops.decode_flops_per_token)" + (", ms/token without a cache (full forward)" if nc else ""))
-    head = f"{'ms':>7} {'tok/s':>6} {'vs MHA':>6} {'MFLOP':>6}" + (f" {'no-cache':>8}" if nc else "")
-    cell = lambda r: (f"{r['ms']:7.3f} {r['tok_s']:6.0f} {r['vs_mha']:5.2f}x {r['mflop']:6.2f}"  # noqa: E731
-                      + (f" {r['ms_no_cache']:8.3f}" if nc else ""))
-    elem = torch.finfo(torch_dtype(dtype)).bits // 8
-    print(f"{'context':24}" + "".join(f"{N:>{len(head) + 2}d}" for N in contexts))
-    print(f"{'design':7} {'B/tok':>7} {'mode':>8}" + f"  {head}" * len(contexts))
+    print(f"this machine, measured now: reads {read / 1e9:.1f} GB/s, multiplies {rate / 1e9:,.0f} GFLOP/s ({dtype})"
+          + (f"; the device's peak bandwidth {peak_bw / 1e12:.2f} TB/s" if peak_bw else ""))
+    print("MB: what a step must read (every sequence's cache + the weights, flops.decode_bytes); GB/s: that over "
+          "the step's time; % read: of the measured read rate; roofline: the time those bytes and the step's "
+          "FLOPs (flops.decode_flops_per_token) take at the measured rates, the slower of the two"
+          + ("; % peak: GB/s of the device's peak bandwidth" if peak_bw else "")
+          + ("; no-cache: ms a token without a cache (full forward)" if nc else ""))
+    print(f"{'design':7} {'mode':>8} {'context':>7} {'ms':>8} {'tok/s':>8} {'vs MHA':>6} {'MB':>8} {'GB/s':>7} "
+          f"{'% read':>6} {'GFLOP':>7} {'roofline':>8} {'% roof':>6}" + (f" {'% peak':>6}" if peak_bw else "")
+          + (f" {'no-cache':>8}" if nc else ""))
     for mode in modes:
         for a, c in design_cfgs(cfg).items():
-            print(f"{a:7} {flops.kv_cache_bytes_per_token(c, elem):7d} {mode:>8}"
-                  + "".join(f"  {cell(res[a, N, mode])}" for N in contexts))
+            for N in contexts:
+                r = res[a, N, mode]
+                gflop = r["mflop"] * batch / 1e3
+                roof = 1e3 * max(r["bytes"] / read, gflop * 1e9 / rate)  # ms
+                print(f"{a:7} {mode:>8} {N:7d} {r['ms']:8.3f} {r['tok_s']:8.0f} {r['vs_mha']:5.2f}x "
+                      f"{r['bytes'] / 1e6:8.1f} {r['gbs']:7.1f} {r['gbs'] * 1e9 / read:6.0%} {gflop:7.3f} "
+                      f"{roof:8.3f} {roof / r['ms']:6.0%}" + (f" {r['gbs'] * 1e9 / peak_bw:6.1%}" if peak_bw else "")
+                      + (f" {r['ms_no_cache']:8.3f}" if nc else ""))
 
 
 # -----------------------------------------------------------------------------
@@ -363,7 +391,8 @@ def main(argv=None):
     p.add_argument("what", nargs="?", default="train", choices=["train", "decode", "kv", "muon"])
     p.add_argument("--preset", default="cpu", help=f"the shape: {', '.join(PRESETS)}")
     p.add_argument("--block_size", type=int, default=None, help="context; default the preset's")
-    p.add_argument("--batch_size", type=count, default=16, help="train, muon: sequences a step")
+    p.add_argument("--batch_size", type=count, default=None,
+                   help="sequences a step: train, muon (default 16), decode (default 1)")
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="auto", help="train: autocast; decode, kv: the weights and caches. "
                    "auto: bf16 on CUDA, fp32 on the CPU")
@@ -393,6 +422,8 @@ def main(argv=None):
         fail(f"{e}")
     if set(args.modes.split(",")) - set(DECODERS):
         fail(f"--modes={args.modes}: use some of {', '.join(DECODERS)}, comma-separated")
+    if args.what in ("train", "muon"):
+        args.batch_size = args.batch_size or 16
     if args.what == "train":
         bench_train(args, cfg, device, dtype)
     elif args.what == "decode":

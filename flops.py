@@ -104,6 +104,14 @@ def paper_flops_per_token(cfg):
     return 6 * params(cfg)
 
 
+def decode_bytes(cfg, T, batch=1, bytes_per_elem=2):
+    """The least one decode step at context T must read from memory: every weight it multiplies
+    (the layers' and the head's; of the embedding only a row a sequence, left out), once for the
+    whole batch, and the KV cache of every sequence, T tokens each."""
+    weights = params(cfg) - cfg.vocab_size * cfg.n_embd
+    return (weights + batch * T * cfg.n_layer * attention_counts(cfg)["cache"]) * bytes_per_elem
+
+
 def kv_cache_bytes_per_token(cfg, bytes_per_elem=2):
     return cfg.n_layer * attention_counts(cfg)["cache"] * bytes_per_elem
 
@@ -191,9 +199,20 @@ PEAK_FLOPS = {"H100 PCIe": 756e12, "H100 NVL": 835e12, "H200 NVL": 835e12, "H100
               "A100": 312e12, "L40S": 362e12, "A10G": 125e12, "RTX 4090": 165e12, "RTX 3090": 71e12}
 
 
+# memory bandwidth, bytes/s, the vendors' figures: what a decode step's bytes are set against on a GPU
+PEAK_BANDWIDTH = {"H100 PCIe": 2.0e12, "H100 NVL": 3.9e12, "H200 NVL": 4.8e12, "H100": 3.35e12, "H200": 4.8e12,
+                  "A100-SXM4-80GB": 2.04e12, "A100": 1.555e12, "L40S": 0.864e12, "A10G": 0.6e12,
+                  "RTX 4090": 1.008e12, "RTX 3090": 0.936e12}
+
+
 def peak_flops(device_name):
     """For MFU: the peak of a GPU named like torch.cuda.get_device_name's answer, or None."""
     return next((v for k, v in PEAK_FLOPS.items() if k in device_name), None)
+
+
+def peak_bandwidth(device_name):
+    """The memory bandwidth of a GPU named as peak_flops takes it, or None."""
+    return next((v for k, v in PEAK_BANDWIDTH.items() if k in device_name), None)
 
 
 def table(name):

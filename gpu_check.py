@@ -68,6 +68,7 @@ autocast = amp(device, "fp32" if dry else "bf16")
 ns_dtype = newton_schulz_dtype("auto", gpu=not dry and native_bf16("cuda"))
 hardware = device_name(device)
 peak = None if dry else flops.peak_flops(hardware)
+peak_bw = None if dry else flops.peak_bandwidth(hardware)
 torch._dynamo.config.cache_size_limit = 64  # a model per design: each compiles once
 
 
@@ -301,16 +302,15 @@ def design_rows(variants, size=None):
 
 
 def decode(mode, N):
-    # every design at context N in one mode -> a row: tok/s and the cache bytes read per second
+    # every design at context N in one mode -> a row: tok/s, and the GB/s of what a step must read
+    # (every sequence's cache and the weights, flops.decode_bytes) with its share of the peak bandwidth
     cfg = preset(name, **{**shape, "block_size": max(contexts)})
     dtype = torch.float32 if dry else torch.bfloat16
     speed = decode_bench(cfg, (N,), steps=5 if dry else 20, device=device, modes=(mode,), dtype=dtype,
                          batch=decode_batch, warmup=2)
-    cfgs = design_cfgs(cfg)
-    # each step reads every sequence's whole cache once: bytes/token x N x sequences/step x steps/s
-    gbs = {a: flops.kv_cache_bytes_per_token(cfgs[a], dtype.itemsize) * N * speed[a, N, mode]["tok_s"] / 1e9
-           for a in cfgs}
-    return f"| {mode} @{N} | " + " | ".join(f"{speed[a, N, mode]['tok_s']:,.0f} ({gbs[a]:,.1f})" for a in cfgs) + " |"
+    share = lambda r: f", {r['gbs'] * 1e9 / peak_bw:.0%}" if peak_bw else ""
+    return (f"| {mode} @{N} | " + " | ".join(f"{r['tok_s']:,.0f} ({r['gbs']:,.1f}{share(r)})"
+                                             for r in (speed[a, N, mode] for a in design_cfgs(cfg))) + " |")
 
 
 def graphs_same_tokens():
@@ -344,7 +344,8 @@ if "tokens" in args.only and not dry:  # dry: inductor's C++ build would take mi
     say(f"\nCUDA-graph decode: {phase('CUDA-graph decode', 60, graphs_same_tokens)}")
 if "decode" in args.only:
     modes = ("eager",) if dry else ("eager", "compiled", "graphs")  # dry: inductor's C++ build would take minutes
-    say(f"\ndecode tokens/s (cache GB/s), batch {decode_batch} (bench.decode_bench: each step over exactly that context)\n")
+    say(f"\ndecode tokens/s (GB/s of the cache and weights a step reads, flops.decode_bytes, and its share of the "
+        f"peak bandwidth), batch {decode_batch} (bench.decode_bench: each step over exactly that context)\n")
     columns = list(design_cfgs(preset(name, **shape)))  # decode()'s, in its order
     say("| mode @context | " + " | ".join(columns) + " |")
     say("|" + "---|" * (1 + len(columns)))

@@ -74,8 +74,11 @@ class NanoKV(LM):
             n = min(kw.get("max_gen_toks", 256), self.T - 1)
             temperature = kw.get("temperature", 0.0) if kw.get("do_sample") else 0.0
             ids = (self.tok.encode(context) or [self.tok.eot])[-(self.T - n):]  # room for n new tokens
+            # stop at the end of a document or at a stop string, not after all max_gen_toks
+            ended = lambda new: self.tok.eot in new[0] or any(s in self.tok.decode(new[0]) for s in until)  # noqa: E731
             with self.amp:
-                new = self.model.generate(torch.tensor([ids]), n, temperature=temperature)[0, len(ids):].tolist()
+                new = self.model.generate(torch.tensor([ids]), n, temperature=temperature,
+                                          stop=ended)[0, len(ids):].tolist()
             if self.tok.eot in new:  # a document ends there
                 new = new[:new.index(self.tok.eot)]
             text = self.tok.decode(new)

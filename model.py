@@ -232,7 +232,7 @@ class GPT(nn.Module):
 
     @torch.no_grad()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True, generator=None,
-                 compile=None):
+                 compile=None, stop=None):
         """Continue the prompts idx (B, T) by max_new_tokens tokens -> (B, T + max_new_tokens).
         temperature 0 is greedy; top_k keeps the k likeliest tokens; sampling draws from generator
         (on any device) for reproducible runs. With the cache: one prefill of the prompt, then one
@@ -240,7 +240,10 @@ class GPT(nn.Module):
         compile runs the decode step through torch.compile: one graph serves every position (the
         position is a tensor, the cache a fixed shape); a mode such as "reduce-overhead" (a CUDA
         graph) is passed on. Default: a CUDA graph on CUDA, eager elsewhere. use_cache=False
-        recomputes the full forward every step: slow, and the reference."""
+        recomputes the full forward every step: slow, and the reference. stop ends generation early:
+        token ids (every row has made one of them), or a function of the new tokens so far (a list
+        of B lists) that says when; the output is then shorter. Checking waits for the device each
+        token, so it is off unless asked for."""
         B, T = idx.size()
         if T < 1:
             raise ValueError("generate needs a prompt of at least one token (e.g. the tokenizer's eot)")
@@ -251,6 +254,7 @@ class GPT(nn.Module):
             raise ValueError(f"temperature={temperature} must be >= 0 (0 = greedy)")
         device = self.lm_head.weight.device
         idx = idx.to(device)
+        done = stop if callable(stop) else lambda new: all(set(row) & set(stop) for row in new)
         # the last sampled token is never fed back, so the cache needs one slot less than the output
         caches = self.new_caches(T + max_new_tokens - 1) if use_cache and max_new_tokens > 1 else None
         # by default on CUDA the compiled step runs as a CUDA graph: one launch a token, not hundreds
@@ -278,6 +282,8 @@ class GPT(nn.Module):
                     probs = probs.to(generator.device)
                 nxt = torch.multinomial(probs, 1, generator=generator).to(device)  # (B, 1)
             idx = torch.cat([idx, nxt], dim=1)
+            if stop is not None and done(idx[:, T:].tolist()):
+                break
         return idx
 
     def save_pretrained(self, path, metadata=None):

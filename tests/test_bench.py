@@ -9,6 +9,7 @@ import torch
 import bench
 import flops
 from common import DESIGNS
+from model import preset
 from test_model import tiny
 from test_train import exits_in_one_line
 
@@ -55,10 +56,14 @@ def test_design_cfgs_keep_the_shape_and_gqa_its_heads():
 @pytest.mark.parametrize("modes", [("eager",), ("eager", "compiled")])
 def test_decode_bench_times_every_design(modes):
     torch.set_num_threads(1)
-    res = bench.decode_bench(tiny("gqa", n_layer=1), [8, 32], steps=2, warmup=1, no_cache=len(modes) == 1, modes=modes)
+    cfg = tiny("gqa", n_layer=1)
+    res = bench.decode_bench(cfg, [8, 32], steps=2, batch=3, warmup=1, no_cache=len(modes) == 1, modes=modes)
     assert set(res) == {(a, N, m) for a in list(DESIGNS) + ["lrkv-f"] for N in (8, 32) for m in modes}
+    cfgs = bench.design_cfgs(cfg)
     for (a, N, m), r in res.items():
-        assert r["ms"] > 0 and r.get("ms_no_cache", 1) > 0 and r["tok_s"] == pytest.approx(1000 / r["ms"])
+        assert r["ms"] > 0 and r.get("ms_no_cache", 1) > 0 and r["tok_s"] == pytest.approx(3000 / r["ms"])
+        assert r["bytes"] == flops.decode_bytes(cfgs[a], N, batch=3, bytes_per_elem=4)
+        assert r["gbs"] == pytest.approx(r["bytes"] / (r["ms"] / 1000) / 1e9)
         assert r["vs_mha"] == pytest.approx(r["tok_s"] / res["mha", N, m]["tok_s"])
         assert r["mflop"] > 0
     assert res["mha", 8, modes[-1]]["vs_mha"] == 1
@@ -70,12 +75,18 @@ def test_cli_kv_and_decode_on_a_preset(capsys):
     rows = [line.split() for line in capsys.readouterr().out.splitlines()[2:]]
     assert [r[0] for r in rows] == list(DESIGNS) + ["lrkv-f"]
     assert all(r[-4] == r[-3] for r in rows)  # allocated == formula
-    bench.main(["decode", "--preset=cpu", "--block_size=64", "--contexts=8,64", "--steps=1", "--modes=eager"])
+    bench.main(["decode", "--preset=cpu", "--block_size=64", "--contexts=8,64", "--steps=1", "--modes=eager",
+                "--batch_size=2"])
     out = capsys.readouterr().out
-    rows = {line.split()[0]: line.split()[1:] for line in out.splitlines()[-6:]}  # B/tok, mode, (ms, tok/s, vs MHA, MFLOP) × 2
-    assert list(rows) == list(DESIGNS) + ["lrkv-f"]
-    assert all(len(v) == 10 and v[1] == "eager" and float(v[2]) > 0 and float(v[6]) > 0 for v in rows.values())
-    assert rows["mha"][4] == rows["mha"][8] == "1.00x" and rows["lrkv"][0] == rows["lrkv-f"][0] == "2752"
+    assert out.startswith("decode, batch 2, fp32") and "reads" in out and "GFLOP/s" in out
+    # design, mode, context, ms, tok/s, vs MHA, MB, GB/s, % read, GFLOP, roofline, % roof: a row per context
+    rows = [line.split() for line in out.splitlines()[-12:]]
+    assert [r[0] for r in rows[::2]] == list(DESIGNS) + ["lrkv-f"] and [r[2] for r in rows[:2]] == ["8", "64"]
+    assert all(len(r) == 12 and r[1] == "eager" and float(r[3]) > 0 for r in rows)
+    mb = {(r[0], r[2]): float(r[6]) for r in rows}
+    c = preset("cpu", block_size=64)
+    assert mb["mha", "64"] == round(flops.decode_bytes(c, 64, batch=2, bytes_per_elem=4) / 1e6, 1)
+    assert rows[0][5] == rows[1][5] == "1.00x" and mb["mqa", "64"] < mb["mha", "64"]
 
 
 @pytest.mark.parametrize("argv, msg", [

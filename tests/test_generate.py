@@ -210,7 +210,7 @@ def test_lrkv_decode_without_rebuilding_keys_equals_rebuilding_them():
         att(x[:, :12], model.cos, model.sin, cache=cache)  # prefill 0..11
         ys = [att(x[:, t:t + 1], model.cos, model.sin, cache=cache, pos=torch.tensor([t])) for t in range(12, 20)]
         full = att(x, model.cos, model.sin)  # (2, 20, C)
-    assert cache.buf["k_inv"].shape == (2, 24, cfg.n_head) and cache.buf["k_s"].shape == (2, 24, cfg.head_dim)
+    assert cache.buf["k_inv"].shape == (2, cfg.n_head, 24, 1) and cache.buf["k_s"].shape == (2, 1, 24, cfg.head_dim)
     torch.testing.assert_close(torch.cat(ys, 1), full[:, 12:], rtol=1e-5, atol=1e-5)
 
 
@@ -253,3 +253,46 @@ def test_generate_makes_no_host_tensor_and_reads_nothing_back_per_token(attn, mo
     for temperature in (0, 1.0):
         model.generate(idx, 12, temperature=temperature, generator=torch.Generator().manual_seed(0))
     assert made == [] and read == []
+
+
+def copied_bytes(fn):
+    """The largest tensor copied (aten::copy_, bytes of its destination) while fn runs, eager."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        fn()
+    sizes = [torch.Size(e.input_shapes[0]).numel() for e in prof.events()
+             if e.name == "aten::copy_" and e.input_shapes and e.input_shapes[0]]
+    return 4 * max(sizes, default=0)  # fp32
+
+
+@pytest.mark.parametrize("attn, kw", [(a, {}) for a in DESIGNS] + [("lrkv", dict(lrkv_factored=True))])
+def test_a_decode_step_at_batch_4_reads_every_cache_in_place(attn, kw):
+    # at batch > 1 a cache laid out (B, max_len, heads, d) and read through transposes is copied
+    # whole by the batched matmuls every step; head-major buffers are read where they lie
+    # d_h 64: the scores (B, H, 1, Tk) a step makes are small beside any cache buffer
+    model = randomized(tiny(attn, n_layer=1, n_embd=256, block_size=64, mla_kv_rank=64, **kw))
+    idx = torch.randint(0, model.cfg.vocab_size, (4, 48), generator=torch.Generator().manual_seed(0))
+    caches = model.new_caches(64)
+    with torch.no_grad():
+        model(idx, caches=caches)  # a prefill of 48 tokens
+        step = lambda: model(idx[:, :1], caches=caches, pos=torch.tensor([48]))
+        step()
+        biggest = copied_bytes(step)
+    # an eighth of the layer's cache: less than any one of its K, V, latent or shared-key buffers
+    assert biggest < caches[0].nbytes() / 8, (biggest, {k: tuple(b.shape) for k, b in caches[0].buf.items()})
+
+
+def test_generate_stops_at_a_stop_token_or_when_told():
+    model = randomized(tiny("mqa"))
+    idx = prompt(model.cfg, B=2)
+    full = model.generate(idx, 20, temperature=0)
+    new = full[:, 5:].tolist()
+    # stop tokens: the step at which both rows have made one of them
+    tokens = {new[0][3], new[1][6]}
+    last = max(min(i for i, t in enumerate(row) if t in tokens) for row in new)
+    cut = model.generate(idx, 20, temperature=0, stop=tokens)
+    assert torch.equal(cut, full[:, :5 + last + 1])
+    # a function of the new tokens so far
+    seen = []
+    cut = model.generate(idx, 20, temperature=0, stop=lambda ids: seen.append(len(ids[0])) or len(ids[0]) == 4)
+    assert torch.equal(cut, full[:, :9]) and seen == [1, 2, 3, 4]

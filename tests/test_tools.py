@@ -128,6 +128,15 @@ def test_greedy_generation_is_model_generate():
     for stop in [text[3:5], "no such text"]:  # until cuts at the first stop string
         (cut,) = adapter(model).generate_until(requests((ctx, {"until": [stop], "max_gen_toks": 12})))
         assert cut == text.split(stop)[0]
+    # and decoding stops there: the stop string ends at the 5th new token, so 5 forwards, not 12
+    nano, calls = adapter(model), []
+    forward = model.forward
+    model.forward = lambda *a, **k: calls.append(1) or forward(*a, **k)
+    try:
+        nano.generate_until(requests((ctx, {"until": [text[3:5]], "max_gen_toks": 12})))
+    finally:
+        del model.forward
+    assert len(calls) == 5
 
 
 def test_tasks_run_through_the_harness(run, tmp_path):
