@@ -68,16 +68,20 @@ def design_keys(attn):
     return DESIGNS[attn].settings + ("mlp_hidden",)
 
 
-def resolve_device(device="auto", local_rank=0):
-    # auto: this rank's GPU if there is one, else the CPU
+def resolve_device(device="auto", local_rank=0, world=1):
+    # auto: this rank's GPU if there is one, else the CPU; cuda: this rank's GPU (torchrun's
+    # LOCAL_RANK), so that every rank gets its own; cuda:N names one GPU, for one process
     import torch
     if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", device):
         fail(f"--device={device!r} is unknown; use auto, cpu, cuda, cuda:N (a GPU index) or mps")
-    if device == "auto":
-        device = f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda") and not torch.cuda.is_available():
         fail(f"--device={device} but this torch sees no CUDA GPU; use --device=cpu")
-    return device
+    if device.startswith("cuda:") and world > 1:
+        fail(f"--device={device} would put all {world} ranks on one GPU; use --device=cuda (or auto): "
+             "each rank takes cuda:LOCAL_RANK")
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    return f"cuda:{local_rank}" if device == "cuda" else device
 
 
 def native_bf16(device):

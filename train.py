@@ -122,7 +122,7 @@ ddp = "RANK" in os.environ
 rank, local_rank, world = (int(os.environ.get(k, d))
                            for k, d in (("RANK", 0), ("LOCAL_RANK", 0), ("WORLD_SIZE", 1)))
 master = rank == 0
-device = resolve_device(device, local_rank)
+device = resolve_device(device, local_rank, world)
 cuda = device.startswith("cuda")
 if ddp:
     if cuda:

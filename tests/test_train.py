@@ -302,6 +302,31 @@ def test_two_ranks_match_one(tmp_path, optimizer, tol):
         assert [s["step"] for s in read_log(tmp_path / "two" / "log.jsonl")[1]] == list(range(9))
 
 
+def test_torchrun_with_device_cuda_puts_each_rank_on_its_own_gpu(tmp_path, monkeypatch):
+    # rank 1 of 2 as torchrun starts it, CUDA faked available: --device=cuda must become cuda:1 (it
+    # reached torch.cuda.set_device("cuda"), which raises: "Expected a torch.device with a specified index")
+    picked = []
+
+    class Picked(Exception):
+        pass
+
+    def set_device(d):
+        picked.append(str(d))
+        raise Picked
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "set_device", set_device)
+    for k, v in dict(RANK="1", LOCAL_RANK="1", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT="1").items():
+        monkeypatch.setenv(k, v)
+    for device in ("cuda", "auto"):
+        argv = [os.path.join(ROOT, "train.py"), f"--out_dir={tmp_path}", f"--data_dir={DATA}", *TINY, f"--device={device}"]
+        monkeypatch.setattr(sys, "argv", argv)
+        with pytest.raises(Picked):
+            runpy.run_path(argv[0], run_name="__main__")
+    assert picked == ["cuda:1", "cuda:1"]
+    # one GPU named for every rank is refused in one line
+    one_line_error(refused(tmp_path, "--device=cuda:0"), "all 2 ranks on one GPU", "--device=cuda")
+
+
 def one_line_error(p, *words):
     assert p.returncode != 0
     assert "Traceback" not in p.stderr, p.stderr
