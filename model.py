@@ -128,15 +128,19 @@ class LinearCrossEntropy(torch.autograd.Function):
         loss, dx, dW = x.new_zeros((), dtype=torch.float32), torch.empty_like(x), torch.zeros_like(W, dtype=torch.float32)
         amp = x.device.type
         Wc = W.to(torch.get_autocast_dtype(amp)) if torch.is_autocast_enabled(amp) else W  # cast once, not per product
+        # the two gradient products: fp16 would round a rare token's (softmax - onehot)/n to zero
+        # before the loss scaler could lift it (about a fifth of the vocabulary's rows), so in fp32
+        Wd = W.float() if Wc.dtype == torch.float16 else Wc
         rows = max(1, LOSS_CHUNK // W.size(0))
         for i in range(0, x.size(0), rows):
             xc, t, k = x[i:i + rows], y[i:i + rows].clamp(min=0).unsqueeze(1), keep[i:i + rows].unsqueeze(1)
             logp = (xc @ Wc.t()).float().log_softmax(dim=-1)  # (rows, V)
             loss -= (logp.gather(1, t) * k).sum()
             d = logp.exp_().scatter_add_(1, t, logp.new_full(t.shape, -1.0)).mul_(k / n)  # (softmax - onehot) / n
-            d = d.to(Wc.dtype)  # the products in the weights' dtype, as autocast would make them (a bf16 model has no autocast)
-            dx[i:i + rows] = d @ Wc  # (rows, C)
-            dW += d.t() @ xc.to(Wc.dtype)  # (V, C)
+            d = d.to(Wd.dtype)  # the products in the weights' dtype, as autocast would make them (a bf16 model has no autocast)
+            with torch.autocast(amp, enabled=False):  # fp16's fp32 products stay fp32
+                dx[i:i + rows] = d @ Wd  # (rows, C)
+                dW += d.t() @ xc.to(Wd.dtype)  # (V, C)
         ctx.save_for_backward(dx, dW.to(W.dtype))
         return loss / n
 

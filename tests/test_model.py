@@ -470,6 +470,27 @@ def test_loss_head_equals_cross_entropy_of_the_logits(chunk, monkeypatch):
             assert g.dtype == r.dtype and (g - r).abs().max() < tol * r.abs().max()
 
 
+def test_fp16_loss_head_keeps_every_rows_gradient():
+    # under fp16 autocast with a loss scale (GradScaler's), the head's weight gradient matches fp32's
+    # row by row: rounding (softmax - onehot)/n to fp16 zeroed rare tokens' rows before the scale
+    import model
+    torch.manual_seed(0)
+    # confident logits (sd 12), as a trained head's: most tokens are unlikely in every row
+    N, C, V = 256, 64, 4096
+    x, W = torch.randn(N, C, requires_grad=True), (torch.randn(V, C) * 1.5).requires_grad_()
+    y = torch.randint(0, V, (N,))
+    grads = {}
+    for dtype in (torch.float32, torch.float16):
+        with torch.autocast("cpu", dtype=dtype, enabled=dtype == torch.float16):
+            loss = model.LinearCrossEntropy.apply(x, W, y)
+        scale = 2.0 ** 16 if dtype == torch.float16 else 1.0
+        grads[dtype] = [g / scale for g in torch.autograd.grad(loss * scale, (x, W))]
+    (dx32, dW32), (dx16, dW16) = grads[torch.float32], grads[torch.float16]
+    assert (dW32.abs().amax(1) > 0).all() and (dW16.abs().amax(1) > 0).all()  # no all-zero row
+    assert (dW16 - dW32).abs().max() < 1e-2 * dW32.abs().max()
+    assert (dx16 - dx32).abs().max() < 1e-2 * dx32.abs().max()
+
+
 def test_a_bf16_model_trains_without_autocast():
     # model.bfloat16(), no autocast: the loss head's products in bf16, its gradients bf16 like the weights
     cfg = tiny("lrkv")
