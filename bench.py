@@ -239,9 +239,12 @@ def decode_bench(cfg, contexts, steps=30, device="cpu", dtype=torch.float32, bat
     models = {a: build(c, device, dtype) for a, c in design_cfgs(cfg).items()}
     timed = timer(device)
     out = {}
-    # one static graph per design and context: past dynamo's default of 8 per function, and without
-    # its automatic dynamic shapes, which would trace later designs with symbolic sizes
-    with torch._dynamo.config.patch(recompile_limit=8 + len(models) * len(contexts), automatic_dynamic_shapes=False):
+    # one static graph per design, context and compiled mode (each mode is its own backend), all of
+    # them entries of GPT.forward: past dynamo's limit (never lowered below what the process set),
+    # and without its automatic dynamic shapes, which would trace later designs with symbolic sizes
+    entries = len(models) * len(contexts) * sum(m != "eager" for m in modes)
+    limit = max(torch._dynamo.config.recompile_limit, 8 + entries)
+    with torch._dynamo.config.patch(recompile_limit=limit, automatic_dynamic_shapes=False):
         for N in contexts:
             idx = torch.randint(0, cfg.vocab_size, (batch, N), generator=torch.Generator().manual_seed(N)).to(device)
             caches = {a: m.new_caches(max_len=N) for a, m in models.items()}

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 import attention
 from attention import LRKV, KVCache, norm
-from common import DESIGNS
+from common import DESIGNS, warn
 
 
 @dataclass
@@ -110,6 +110,7 @@ class ReLU2(torch.autograd.Function):
         return (g * r).mul_(2)
 
 
+LIMIT_WARNED = []  # GPT.decoder's fallback to eager has warned in this process
 LOSS_CHUNK = 2**26  # logits the loss makes at a time: 256 MB in fp32, about 1,300 rows of a 50,304 vocabulary
 
 
@@ -316,7 +317,25 @@ class GPT(nn.Module):
             return self
         key = f"_decoder_{compile}"
         if key not in self.__dict__:  # kept off nn.Module's books: it wraps self
-            self.__dict__[key] = torch.compile(self, fullgraph=True, mode=None if compile is True else compile)
+            compiled = torch.compile(self, fullgraph=True, mode=None if compile is True else compile)
+
+            def step(*args, **kwargs):
+                # every GPT's compiled steps are cache entries of one function, GPT.forward: past
+                # dynamo's limit on them (a process decoding many models, contexts, modes) this
+                # model decodes eagerly, with one warning a process, rather than fail
+                nonlocal compiled
+                if compiled is not None:
+                    try:
+                        return compiled(*args, **kwargs)
+                    except torch._dynamo.exc.FailOnRecompileLimitHit:
+                        compiled = None
+                        if not LIMIT_WARNED:
+                            warn(f"torch.compile's recompile_limit ({torch._dynamo.config.recompile_limit}) is "
+                                 "reached: models past it decode eagerly (raise torch._dynamo.config."
+                                 "recompile_limit to compile more)")
+                            LIMIT_WARNED.append(True)
+                return self(*args, **kwargs)
+            self.__dict__[key] = step
         return self.__dict__[key]
 
 

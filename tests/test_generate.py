@@ -296,3 +296,38 @@ def test_generate_stops_at_a_stop_token_or_when_told():
     seen = []
     cut = model.generate(idx, 20, temperature=0, stop=lambda ids: seen.append(len(ids[0])) or len(ids[0]) == 4)
     assert torch.equal(cut, full[:, :9]) and seen == [1, 2, 3, 4]
+
+
+def eager_backends(monkeypatch):
+    # torch.compile with a fresh eager backend per call, as each compile mode is its own backend:
+    # dynamo's caching and its limits as with inductor, without inductor's compile time
+    real = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda m, fullgraph=False, mode=None: real(
+        m, fullgraph=fullgraph, backend=lambda gm, example_inputs: gm.forward))
+    torch._dynamo.reset()
+
+
+def test_past_dynamos_recompile_limit_models_decode_eagerly_with_one_warning(monkeypatch, capsys):
+    # every model's compiled decode step is an entry of one function, GPT.forward; fullgraph made
+    # dynamo's limit (here 1) a FailOnRecompileLimitHit: now the models past it decode eagerly
+    import model as model_module
+    eager_backends(monkeypatch)
+    monkeypatch.setattr(model_module, "LIMIT_WARNED", [])
+    with torch._dynamo.config.patch(recompile_limit=1):
+        for n_embd in (32, 64, 48):
+            m = randomized(tiny("gqa", n_layer=1, n_embd=n_embd))
+            idx = prompt(m.cfg, B=1)
+            assert torch.equal(m.generate(idx, 6, temperature=0, compile=True),
+                               m.generate(idx, 6, temperature=0, compile=False))
+    warnings = [l for l in capsys.readouterr().err.splitlines() if l.startswith("warning: ")]
+    assert len(warnings) == 1 and "recompile_limit" in warnings[0]
+
+
+def test_bench_decodes_six_models_in_every_mode_at_several_contexts(monkeypatch):
+    # 6 models x 3 contexts x 2 compiled modes = 36 entries of GPT.forward: bench lowered dynamo's
+    # limit to 8 + 6 x 3 = 26, counting neither the modes nor what the process had set
+    import bench
+    eager_backends(monkeypatch)
+    res = bench.decode_bench(tiny("gqa", n_layer=1), [8, 16, 32], steps=1, warmup=1,
+                             modes=("eager", "compiled", "graphs"))
+    assert len(res) == 6 * 3 * 3 and all(r["ms"] > 0 for r in res.values())
