@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 from checkpoint import load_model
-from common import ArgumentParser, count, autocast, fail, resolve_device, resolve_dtype
+from common import ArgumentParser, count, autocast, fail, resolve_device, resolve_dtype, torch_dtype
 
 
 @torch.no_grad()
@@ -137,7 +137,8 @@ def main(argv=None):
     from tokenizer import get_tokenizer
     args = arguments(argv)
     device = resolve_device(args.device)
-    amp = autocast(device, resolve_dtype(args.dtype, device))
+    dtype = resolve_dtype(args.dtype, device)
+    amp = autocast(device, dtype)
     model, meta = load_model(args.checkpoint, device)
     if "train_config" not in meta:
         fail(f"{args.checkpoint} does not say how it was trained (its tokenizer): "
@@ -145,14 +146,23 @@ def main(argv=None):
     tok = get_tokenizer(meta["train_config"]["tokenizer"])
     if args.export:
         export(model, meta, args.export)
+    if args.heads:
+        print_heads(model, args.checkpoint)
+    if args.tasks or args.sample is not None:
+        model, amp = for_decoding(model, device, dtype)
     if args.tasks:
         run_tasks(model, tok, amp, args)
     if args.sample is not None:
         print_sample(model, tok, amp, args, device)
-    if args.heads:
-        print_heads(model, args.checkpoint)
     if args.sample is None and not (args.heads or args.tasks or args.export):  # the default: test loss
         print_test_loss(model, meta, tok, amp, args, device)
+
+
+def for_decoding(model, device, dtype):
+    """The model and the context decoding runs under: the weights in the compute dtype and no
+    autocast. Autocast's cache of weight casts lasts one eager context, so a compiled decode step of
+    fp32 weights under it would cast every weight again every token."""
+    return model.to(torch_dtype(dtype)), autocast(device, "fp32")
 
 
 def arguments(argv):

@@ -223,7 +223,17 @@ def test_cli_sample_and_heads_from_a_checkpoint(tmp_path, capsys):
     args = [path, "--device=cpu", "--sample=To be", "--max_new_tokens=20"]
     a, b = run_main(capsys, *args, "--seed=1"), run_main(capsys, *args, "--seed=1")
     assert a == b and a.startswith("To be") and a != run_main(capsys, *args, "--seed=2")
-    assert run_main(capsys, *args, "--seed=1", "--dtype=bf16").startswith("To be")  # under bf16 autocast (CUDA's auto)
+    # --dtype=bf16 (CUDA's auto): the weights held in bf16 and no autocast, so a compiled decode
+    # step has no weight to cast; under autocast each call of a compiled step cast every one
+    seen = []
+    generate = GPT.generate
+    try:
+        GPT.generate = lambda self, *a, **k: seen.append(({p.dtype for p in self.parameters()},
+                                                          torch.is_autocast_enabled("cpu"))) or generate(self, *a, **k)
+        assert run_main(capsys, *args, "--seed=1", "--dtype=bf16").startswith("To be")
+    finally:
+        GPT.generate = generate
+    assert seen == [({torch.bfloat16}, False)]
     out = run_main(capsys, path, "--device=cpu", "--heads")
     assert "approximate" in out and out.splitlines()[-1].split()[0] == "mean"
     assert "shorten the prompt" in exits_in_one_line(ev.main, [path, "--device=cpu", "--sample=To be", "--max_new_tokens=60"],
@@ -331,3 +341,20 @@ def test_bench_decodes_six_models_in_every_mode_at_several_contexts(monkeypatch)
     res = bench.decode_bench(tiny("gqa", n_layer=1), [8, 16, 32], steps=1, warmup=1,
                              modes=("eager", "compiled", "graphs"))
     assert len(res) == 6 * 3 * 3 and all(r["ms"] > 0 for r in res.values())
+
+
+def test_a_compiled_decode_step_of_a_checkpoint_casts_no_weight():
+    # inductor's code for the step (a real compile): under bf16 autocast with fp32 weights it
+    # allocated a bf16 copy of every weight matrix each call; eval.py decodes a bf16 model instead
+    import re
+    from torch._inductor.utils import run_and_get_code
+    model, amp = ev.for_decoding(randomized(tiny("mha", n_layer=1, block_size=32)), "cpu", "bf16")
+    idx = prompt(model.cfg, B=1, T=8)
+    caches = model.new_caches(16)
+    with torch.no_grad(), amp:
+        model(idx, caches=caches)
+        step = model.decoder(True)
+        _, code = run_and_get_code(lambda: step(idx[:, :1].contiguous(), caches=caches, pos=torch.tensor([8])))
+    allocated = re.findall(r"empty_strided_cpu\(\(([\d, ]+)\)", "\n".join(code))
+    weights = {tuple(p.shape) for p in model.parameters() if p.dim() == 2}
+    assert allocated and not [a for a in allocated if tuple(int(x) for x in a.split(",") if x.strip()) in weights]
