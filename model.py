@@ -110,6 +110,7 @@ class ReLU2(torch.autograd.Function):
         return (g * r).mul_(2)
 
 
+GRAPH_MIN_TOKENS = 256  # generate()'s default: a CUDA graph from this many new tokens (compiling costs seconds)
 LIMIT_WARNED = []  # GPT.decoder's fallback to eager has warned in this process
 LOSS_CHUNK = 2**26  # logits the loss makes at a time: 256 MB in fp32, about 1,300 rows of a 50,304 vocabulary
 
@@ -235,6 +236,24 @@ class GPT(nn.Module):
             raise ValueError(f"a KV cache of {max_len} tokens exceeds the context block_size={self.cfg.block_size}")
         return [KVCache(max_len or self.cfg.block_size) for _ in self.h]
 
+    def kept_caches(self, batch, length):
+        """Caches for generate(), kept from one call to the next of the same batch size and kind
+        of activation, sized up to a power-of-two bucket of lengths (at least 64, at most the
+        context): repeated calls write the same buffers at the same addresses, so a CUDA graph
+        recorded once replays, and a compiled step sees a few shapes. What an earlier call left in
+        them is never read: every slot a token may attend to is written first."""
+        device = self.lm_head.weight.device
+        amp = torch.is_autocast_enabled(device.type)
+        act = torch.get_autocast_dtype(device.type) if amp else self.lm_head.weight.dtype
+        L = min(self.cfg.block_size, max(64, 1 << (length - 1).bit_length()))
+        key = (batch, L, act, device)
+        if self.__dict__.get("_kept", (None,))[0] != key:  # one set kept, off nn.Module's books
+            self.__dict__["_kept"] = (key, self.new_caches(L))
+        caches = self.__dict__["_kept"][1]
+        for c in caches:
+            c.n = 0
+        return caches
+
     @torch.no_grad()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True, generator=None,
                  compile=None, stop=None):
@@ -244,7 +263,8 @@ class GPT(nn.Module):
         token per step, each design caching what it needs (MLA decodes absorbed, LRKV exactly).
         compile runs the decode step through torch.compile: one graph serves every position (the
         position is a tensor, the cache a fixed shape); a mode such as "reduce-overhead" (a CUDA
-        graph) is passed on. Default: a CUDA graph on CUDA, eager elsewhere. use_cache=False
+        graph) is passed on. Default: a CUDA graph on CUDA for GRAPH_MIN_TOKENS new tokens or
+        more, eager otherwise. The caches are kept for the next call (kept_caches). use_cache=False
         recomputes the full forward every step: slow, and the reference. stop ends generation early:
         token ids (every row has made one of them), or a function of the new tokens so far (a list
         of B lists) that says when; the output is then shorter. Checking waits for the device each
@@ -261,9 +281,11 @@ class GPT(nn.Module):
         idx = idx.to(device)
         done = stop if callable(stop) else lambda new: all(set(row) & set(stop) for row in new)
         # the last sampled token is never fed back, so the cache needs one slot less than the output
-        caches = self.new_caches(T + max_new_tokens - 1) if use_cache and max_new_tokens > 1 else None
-        # by default on CUDA the compiled step runs as a CUDA graph: one launch a token, not hundreds
-        mode = ("reduce-overhead" if device.type == "cuda" else False) if compile is None else compile
+        caches = self.kept_caches(B, T + max_new_tokens - 1) if use_cache and max_new_tokens > 1 else None
+        # by default on CUDA a long generation runs the compiled step as a CUDA graph, one launch a
+        # token, not hundreds; a short one would not repay the compile and the recording
+        long = device.type == "cuda" and max_new_tokens >= GRAPH_MIN_TOKENS
+        mode = ("reduce-overhead" if long else False) if compile is None else compile
         step = self.decoder(mode)
         pos = torch.full((1,), T - 1, device=device)  # advanced on the device: no host copy, no wait, per token
         for i in range(max_new_tokens):

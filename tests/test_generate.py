@@ -358,3 +358,19 @@ def test_a_compiled_decode_step_of_a_checkpoint_casts_no_weight():
     allocated = re.findall(r"empty_strided_cpu\(\(([\d, ]+)\)", "\n".join(code))
     weights = {tuple(p.shape) for p in model.parameters() if p.dim() == 2}
     assert allocated and not [a for a in allocated if tuple(int(x) for x in a.split(",") if x.strip()) in weights]
+
+
+@pytest.mark.parametrize("attn", DESIGNS)
+def test_generate_keeps_its_caches_between_calls_of_one_batch_size(attn):
+    # a fresh cache each call sized to the call gave a CUDA graph new addresses and a new length
+    # to record every time; the kept caches are the same buffers, and nothing the last call left
+    # in them leaks into the next
+    model = randomized(tiny(attn, block_size=128))
+    a, b = prompt(model.cfg, B=2, T=5), prompt(model.cfg, B=2, T=9) % 50
+    model.generate(a, 20, temperature=0)
+    ptrs = [buf.data_ptr() for c in model.__dict__["_kept"][1] for buf in c.buf.values()]
+    second = model.generate(b, 30, temperature=0)  # 38 slots: the same bucket of 64
+    assert [buf.data_ptr() for c in model.__dict__["_kept"][1] for buf in c.buf.values()] == ptrs
+    assert torch.equal(second, model.generate(b, 30, temperature=0, use_cache=False))
+    model.generate(prompt(model.cfg, B=3), 20, temperature=0)  # another batch size: other buffers
+    assert model.__dict__["_kept"][0][0] == 3
