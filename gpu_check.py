@@ -6,8 +6,22 @@ One command that checks nanoKV on a GPU and writes a Markdown table for docs/.
     python gpu_check.py --dry                # the same steps on the CPU at tiny shapes, to check the script
 
 It writes out/gpu_check/results.md line by line as it measures (and each design's row to
-results.jsonl), so a check cut off part-way keeps what it had. Each phase has its own time limit
-within --budget; one that runs out is stopped and said so, and the next starts. The parts, in order:
+results.jsonl), so a check cut off part-way keeps what it had. Each phase runs in a process of its
+own (this script with --part) under a time limit within --budget: one that runs out, or fails, is
+killed (with anything it started) and said so in one line, and the next starts. No signal is
+raised into torch: an alarm inside torch.compile arrived wrapped in dynamo's own errors, or broke
+its imports for the rest of the process.
+
+The plan, in seconds (each phase also pays for starting Python and torch, and for its compile):
+    designs   5 phases x 45   225   128m at 4 layers (the per-layer work of the full 12)
+    runs                      60    tiny train.py runs
+    tokens                    30    2-layer LRKV, 32 tokens three ways
+    decode    4 phases        100   128m at 2 layers, 8K: eager, compiled, graphs at batch 1 (20,
+                                    25, 25), compiled at batch 32 (30), where the cache dominates
+    512m-8k   2 phases x 30   60    MHA and LRKV at the figure's 8K shape, 2 of its 24 layers
+    total                     475   of --budget=480; variants (MLA at DeepSeek's widths, the
+                                    factored LRKV) only when asked, --only=variants
+A --budget other than 480 scales every limit with it. The parts, in order:
 - the GPU, torch, CUDA and cuDNN versions and SDPA's kernel order;
 - designs: per design, training tokens/s and MFU (compiled, Muon + AdamW as train.py; MFU by
   flops.py's convention, no causal discount, and with causal attention), the optimiser's share of a
@@ -16,10 +30,12 @@ within --budget; one that runs out is stopped and said so, and the next starts. 
   time, each cache's dtype and bytes per token after a prefill against flops.py's formula;
 - runs: tiny train.py runs killed and resumed, as 1-rank DDP and FSDP2 under torchrun, and in fp16;
 - tokens: generate()'s default decode (a CUDA graph) against the compiled and the eager step;
-- decode: tokens/s and cache GB/s at 2K and 8K, eager, compiled and as a CUDA graph (bench.decode_bench);
+- decode: tokens/s and the GB/s of what a step reads at 8K, batch 1 eager, compiled and as a CUDA
+  graph, and batch 32 compiled (bench.decode_bench);
 - variants: MLA at DeepSeek's widths and the factored LRKV, as the designs' rows;
 - 512m-8k: MHA and LRKV at the figure's 8K-context shape.
 """
+import argparse
 import json
 import os
 import signal
@@ -42,7 +58,10 @@ p.add_argument("--dry", action="store_true", help="on the CPU at tiny shapes: ch
 p.add_argument("--out", default="out/gpu_check", help="folder for results.md (written line by line) and results.jsonl")
 p.add_argument("--budget", type=float, default=480, help="seconds for the whole check: each phase has a limit within it")
 PARTS = ["designs", "runs", "tokens", "decode", "variants", "512m-8k"]  # in the order they run
-p.add_argument("--only", default=",".join(PARTS), help="some of the parts, to rerun what a cut-off check missed")
+DEFAULT = [x for x in PARTS if x != "variants"]  # what fits the budget
+p.add_argument("--only", default=",".join(DEFAULT), help="some of the parts, to rerun what a cut-off check missed")
+p.add_argument("--backend", default=None, help="--dry: torch.compile's backend (default dynamo's eager)")
+p.add_argument("--part", help=argparse.SUPPRESS)  # one phase, in a process of its own: [function, args]
 args = p.parse_args()
 args.only = args.only.split(",")
 if set(args.only) - set(PARTS):
@@ -51,7 +70,7 @@ if not args.dry and not torch.cuda.is_available():
     fail("this torch sees no CUDA GPU; run `python gpu_check.py --dry` to check the script on the CPU")
 try:  # the results files, emptied: written line by line as the check measures
     os.makedirs(args.out, exist_ok=True)
-    for f in ("results.md", "results.jsonl"):
+    for f in ("results.md", "results.jsonl") if not args.part else ():
         open(os.path.join(args.out, f), "w").close()
 except OSError as e:
     fail(f"--out={args.out}: {e}")
@@ -60,9 +79,11 @@ device = "cpu" if dry else "cuda"
 if dry:  # tiny shapes; compile traces with dynamo only (inductor's C++ build would take minutes)
     shape = dict(n_layer=2, n_head=2, n_embd=64, block_size=128, vocab_size=320, n_kv_head=1, mla_kv_rank=16,
                  mla_rope_dim=8, lrkv_rank=6)
-    name, batch, steps, contexts, backend, decode_batch = "cpu", 2, 2, (64, 128), "eager", 1
+    name, batch, steps, context, backend, batches = "cpu", 2, 2, 128, args.backend or "eager", (1, 4)
+    layers = {}
 else:
-    shape, name, batch, steps, contexts, backend, decode_batch = {}, "128m", 8, 10, (2048, 8192), "inductor", 4
+    shape, name, batch, steps, context, backend, batches = {}, "128m", 8, 10, 8192, "inductor", (1, 32)
+    layers = dict(designs=4, decode=2, big=2)  # fewer layers where the question is per layer
     torch.backends.cuda.matmul.allow_tf32 = True
 autocast = amp(device, "fp32" if dry else "bf16")
 ns_dtype = newton_schulz_dtype("auto", gpu=not dry and native_bf16("cuda"))
@@ -91,7 +112,8 @@ def check(attn, size=None, **variant):
     """A design's row of the table: its training (train_measures), then its caches (cache_measures).
     size: (preset, batch) for a shape other than the check's own, e.g. the figure's 512m-8k."""
     shape_name, B = size if size and not dry else (name, batch)
-    cfg = preset(shape_name, attn=attn, **shape, **variant)
+    n = layers.get("big" if size else "designs")
+    cfg = preset(shape_name, attn=attn, **shape, **variant, **({"n_layer": n} if n else {}))
     torch.manual_seed(0)
     model = GPT(cfg).to(device)
     x = torch.randint(0, cfg.vocab_size, (B, cfg.block_size), device=device)
@@ -250,26 +272,30 @@ def versions():
             f"SDPA priority {' > '.join(names) or 'n/a'}; {time.strftime('%Y-%m-%d %H:%M')}")
 
 
-class Stop(Exception):
-    pass
-
-
-def phase(what, limit, f):
-    """f() with at most limit seconds (and what is left of --budget): its result, or a line saying
-    why there is none. A phase stopped by its alarm leaves the phases after it their time."""
-    limit = min(limit, args.budget - (time.time() - t_start))
-    if limit < 5:
+def phase(what, limit, f, *a, **kw):
+    """f(*a, **kw), a function of this script, in a process of its own (this script with --part)
+    with at most limit seconds (scaled by --budget/480, and no more than is left of it): its result,
+    or a line saying why there is none. A phase killed at its limit, or failing, leaves the phases
+    after it their time; nothing it started outlives it."""
+    left = args.budget - (time.time() - t_start)
+    if left < 5:
         return f"{what}: skipped, the {args.budget:.0f} s budget is spent"
-    def stop(*_):
-        raise Stop
-    signal.signal(signal.SIGALRM, stop)
-    signal.setitimer(signal.ITIMER_REAL, limit)
+    limit = min(max(5.0, limit * args.budget / 480), left)
+    flags = ["--dry"] * dry + [f"--out={args.out}", f"--budget={args.budget}"] + [f"--backend={args.backend}"] * bool(
+        args.backend)
+    cmd = [sys.executable, os.path.abspath(__file__), *flags, "--part", json.dumps([f.__name__, a, kw])]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)  # its own process group: killed whole
     try:
-        return f()
-    except Stop:
+        out, err = proc.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
         return f"{what}: stopped at its {limit:.0f} s limit"
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
+    result = [line[7:] for line in out.splitlines() if line.startswith("RESULT ")]
+    if proc.returncode or not result:
+        return f"{what}: failed: {(err.strip().splitlines() or ['exit status %d' % proc.returncode])[-1]}"
+    return json.loads(result[-1])
 
 
 def say(line=""):
@@ -288,7 +314,7 @@ def design_rows(variants, size=None):
         "| eager - compiled loss | grad norm, relative | cache after prefill | cache B/token (formula) | compile s |")
     say("|" + "---|" * 13)
     for label, attn, variant in variants:
-        r = phase(label, 90 if size else 60, lambda: check(attn, size, **variant))
+        r = phase(label, 30 if size else 45, check, attn, size, **variant)
         if isinstance(r, str):
             say(f"| {label} | {r} |")
             continue
@@ -301,16 +327,22 @@ def design_rows(variants, size=None):
             f"| {r['cache_bytes']:,.0f} ({r['cache_formula']:,}) | {r['compile_s']:.0f} |")
 
 
-def decode(mode, N):
-    # every design at context N in one mode -> a row: tok/s, and the GB/s of what a step must read
-    # (every sequence's cache and the weights, flops.decode_bytes) with its share of the peak bandwidth
-    cfg = preset(name, **{**shape, "block_size": max(contexts)})
+def decode_cfg():
+    n = layers.get("decode")
+    return preset(name, **{**shape, "block_size": context, **({"n_layer": n} if n else {})})
+
+
+def decode(mode, B):
+    # every design at the context in one mode and batch -> a row: tok/s, and the GB/s of what a step
+    # must read (every sequence's cache and the weights, flops.decode_bytes) with its share of the peak
+    cfg = decode_cfg()
     dtype = torch.float32 if dry else torch.bfloat16
-    speed = decode_bench(cfg, (N,), steps=5 if dry else 20, device=device, modes=(mode,), dtype=dtype,
-                         batch=decode_batch, warmup=2)
+    speed = decode_bench(cfg, (context,), steps=5 if dry else 20, device=device, modes=(mode,), dtype=dtype,
+                         batch=B, warmup=2)
     share = lambda r: f", {r['gbs'] * 1e9 / peak_bw:.0%}" if peak_bw else ""
-    return (f"| {mode} @{N} | " + " | ".join(f"{r['tok_s']:,.0f} ({r['gbs']:,.1f}{share(r)})"
-                                             for r in (speed[a, N, mode] for a in design_cfgs(cfg))) + " |")
+    return (f"| {mode} @{context} x{B} | " + " | ".join(f"{r['tok_s']:,.0f} ({r['gbs']:,.1f}{share(r)})"
+                                                       for r in (speed[a, context, mode] for a in design_cfgs(cfg)))
+            + " |")
 
 
 def graphs_same_tokens():
@@ -327,6 +359,11 @@ def graphs_same_tokens():
             f"against the compiled step's; {agree:.0%} of them eager's (fp32)")
 
 
+if args.part:  # one phase, run by phase() in the process it started: its result on one line
+    fname, fargs, fkw = json.loads(args.part)
+    print("RESULT " + json.dumps(globals()[fname](*fargs, **fkw)), flush=True)
+    sys.exit(0)
+
 t_start = time.time()
 say(f"# gpu_check.py{' --dry' if dry else ''}: {name} preset, batch {batch} x {preset(name, **shape).block_size}, "
     f"{'dry run: nothing here is a measurement' if dry else 'bf16 autocast, torch.compile'}")
@@ -337,25 +374,28 @@ if "designs" in args.only:
     design_rows([(a, a, {}) for a in DESIGNS])
 if "runs" in args.only:
     say(f"\ntiny train.py runs on {device}:")
-    r = phase("tiny runs", 120, tiny_runs)
+    r = phase("tiny runs", 60, tiny_runs)
     for line in [r] if isinstance(r, str) else r:
         say(f"- {line}")
 if "tokens" in args.only and not dry:  # dry: inductor's C++ build would take minutes
-    say(f"\nCUDA-graph decode: {phase('CUDA-graph decode', 60, graphs_same_tokens)}")
+    say(f"\nCUDA-graph decode: {phase('CUDA-graph decode', 30, graphs_same_tokens)}")
 if "decode" in args.only:
-    modes = ("eager",) if dry else ("eager", "compiled", "graphs")  # dry: inductor's C++ build would take minutes
     say(f"\ndecode tokens/s (GB/s of the cache and weights a step reads, flops.decode_bytes, and its share of the "
-        f"peak bandwidth), batch {decode_batch} (bench.decode_bench: each step over exactly that context)\n")
-    columns = list(design_cfgs(preset(name, **shape)))  # decode()'s, in its order
-    say("| mode @context | " + " | ".join(columns) + " |")
+        f"peak bandwidth), {decode_cfg().n_layer} layers (bench.decode_bench: each step over exactly that context)\n")
+    columns = list(design_cfgs(decode_cfg()))  # decode()'s, in its order
+    say("| mode @context x batch | " + " | ".join(columns) + " |")
     say("|" + "---|" * (1 + len(columns)))
-    # eager first (no compiling), then the figure's 8K before 2K: each its own phase, written as measured
-    for mode, N in [(m, N) for m in modes[:1] for N in contexts] + [(m, N) for N in contexts[::-1] for m in modes[1:]]:
-        say(phase(f"decode {mode} @{N}", 30 if mode == "eager" else 75, lambda: decode(mode, N)))
+    # batch 1 eager, compiled, as a CUDA graph; then compiled where the cache dominates. dry: eager
+    # only (inductor's C++ build would take minutes)
+    plan = ([("eager", batches[0], 20), ("eager", batches[1], 20)] if dry else
+            [("eager", batches[0], 20), ("compiled", batches[0], 25), ("graphs", batches[0], 25),
+             ("compiled", batches[1], 30)])
+    for mode, B, limit in plan:
+        say(phase(f"decode {mode} @{context} x{B}", limit, decode, mode, B))
 if "variants" in args.only:
     say("\nMLA at DeepSeek's widths and the factored LRKV:\n")
     design_rows([("mla-ds", "mla", dict(mla_deepseek=True)), ("lrkv-f", "lrkv", dict(lrkv_factored=True))])
 if "512m-8k" in args.only:
-    say(f"\nthe figure's shape, 512m-8k, batch 1 x 8192{' (dry: the tiny shape)' if dry else ''}:\n")
+    say(f"\nthe figure's shape, 512m-8k, batch 1 x 8192{', 2 of its 24 layers' if not dry else ' (dry: the tiny shape)'}:\n")
     design_rows([(f"{a} 512m-8k", a, {}) for a in ("mha", "lrkv")], size=("512m-8k", 1))
 say(f"\n({time.time() - t_start:.0f} s; written to {os.path.join(args.out, 'results.md')})")

@@ -18,12 +18,11 @@ def test_dry_run_prints_the_table(tmp_path):
     p = gpu_check("--dry", f"--out={tmp_path}")
     assert p.returncode == 0, p.stderr[-3000:]
     assert (tmp_path / "results.md").read_text() == p.stdout  # written line by line as printed
-    assert len((tmp_path / "results.jsonl").read_text().splitlines()) == 9  # + DeepSeek's MLA, factored LRKV, 512m-8k x 2
+    assert len((tmp_path / "results.jsonl").read_text().splitlines()) == 7  # the designs, 512m-8k x 2
     assert "torch " + torch.__version__ in p.stdout and "SDPA priority" in p.stdout
     rows = [line.split(" | ") for line in p.stdout.splitlines() if re.match(r"\| [\w -]+ \| [\d,]+ \| ", line)
             and line.count(" | ") == 12]  # the design tables' rows, not the decode table's
-    assert [r[0][2:] for r in rows] == ["mha", "lrkv", "mla", "gqa", "mqa", "mla-ds", "lrkv-f", "mha 512m-8k",
-                                        "lrkv 512m-8k"]
+    assert [r[0][2:] for r in rows] == ["mha", "lrkv", "mla", "gqa", "mqa", "mha 512m-8k", "lrkv 512m-8k"]
     for r in rows:
         assert r[6] in ("flash", "efficient", "cudnn", "math")  # SDPA ran in training
         assert r[7] == "none (matmuls)" and 0 < float(r[4].rstrip("%")) < 100  # none in decoding; the optimiser's share
@@ -34,7 +33,7 @@ def test_dry_run_prints_the_table(tmp_path):
     assert len(runs) == 4 and all(": ok, max train-loss difference" in line for line in runs)
     assert "resumed" in runs[0] and "DDP" in runs[1] and "FSDP2" in runs[2] and "fp16" in runs[3]
     decode = [line.split(" | ") for line in p.stdout.splitlines() if line.startswith("| eager @")]
-    assert [r[0] for r in decode] == ["| eager @64", "| eager @128"] and all(len(r) == 7 for r in decode)
+    assert [r[0] for r in decode] == ["| eager @128 x1", "| eager @128 x4"] and all(len(r) == 7 for r in decode)
     assert all(re.fullmatch(r"[\d,]+ \([\d.]+\)", c.rstrip(" |")) for r in decode for c in r[1:])  # tok/s (GB/s)
     if not torch.cuda.is_available():  # without --dry it needs a GPU, and says what to do instead
         p = gpu_check()
@@ -45,7 +44,7 @@ def test_a_spent_budget_skips_phases_and_says_so(tmp_path):
     p = gpu_check("--dry", f"--out={tmp_path}", "--budget=1")
     assert p.returncode == 0, p.stderr[-3000:]
     skipped = [line for line in p.stdout.splitlines() if "skipped, the 1 s budget is spent" in line]
-    assert len(skipped) == 12 and (tmp_path / "results.md").read_text() == p.stdout  # 9 rows, runs, decode x 2
+    assert len(skipped) == 10 and (tmp_path / "results.md").read_text() == p.stdout  # 7 rows, runs, decode x 2
 
 
 def test_only_some_parts(tmp_path):
@@ -53,3 +52,17 @@ def test_only_some_parts(tmp_path):
     assert p.returncode == 0 and p.stdout.count("skipped") == 3 and "\n| mha |" not in p.stdout
     p = gpu_check("--dry", "--only=decode,kv")
     assert p.returncode != 0 and p.stderr.startswith("error: --only=decode,kv: the parts are designs,")
+
+
+def test_a_phase_killed_in_a_real_inductor_compile_leaves_the_next_its_turn(tmp_path):
+    # each design's phase compiles with inductor (cold: its own cache folder; about 40 s on this
+    # CPU) under a limit of 45 x 60/480 = 5.6 s. An alarm raised into torch.compile ended the whole
+    # check (InternalTorchDynamoError: Stop); a phase in its own process is killed, said so, and
+    # the next one starts
+    p = subprocess.run([sys.executable, "gpu_check.py", "--dry", "--backend=inductor", "--only=designs",
+                        "--budget=60", f"--out={tmp_path}"], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "OMP_NUM_THREADS": "1", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")})
+    assert p.returncode == 0, p.stderr[-3000:]
+    stopped = [line for line in (tmp_path / "results.md").read_text().splitlines() if "stopped at its 6 s limit" in line]
+    assert [line.split(" | ")[0] for line in stopped] == ["| mha", "| lrkv", "| mla", "| gqa", "| mqa"]
+    assert "Traceback" not in p.stdout + p.stderr
