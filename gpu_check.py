@@ -249,10 +249,15 @@ def tiny_runs():
             runs[-1][1].wait()
             full, ddp, fsdp, fp16 = (losses(*r) for r in runs[:4])
             cut = losses(*start("cut", "--resume"))
-        finally:  # a phase stopped at its limit leaves no run behind
+        finally:  # a phase stopped at its limit leaves no run behind: SIGTERM lets torchrun stop its ranks
             for p in procs:
-                p.kill()
-                p.wait()
+                p.terminate()
+            for p in procs:
+                try:
+                    p.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
         return [against("killed at step 5, resumed from step 3, against uninterrupted", cut, full, 1e-4),
                 against("1-rank DDP (torchrun) against one process", ddp, full, 1e-4),  # CUDA's atomics may reorder sums
                 # FSDP2 computes in bf16 with fp32 masters, as DDP's autocast does (equal to the bit on the CPU)
@@ -289,8 +294,14 @@ def phase(what, limit, f, *a, **kw):
     try:
         out, err = proc.communicate(timeout=limit)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
+        # SIGTERM first: the phase's own clean-up runs (torchrun stops ranks that sit in process
+        # groups of their own), then SIGKILL for whatever is left of its group
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
         return f"{what}: stopped at its {limit:.0f} s limit"
     result = [line[7:] for line in out.splitlines() if line.startswith("RESULT ")]
     if proc.returncode or not result:
@@ -360,6 +371,7 @@ def graphs_same_tokens():
 
 
 if args.part:  # one phase, run by phase() in the process it started: its result on one line
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # stopped at its limit: finally blocks run
     fname, fargs, fkw = json.loads(args.part)
     print("RESULT " + json.dumps(globals()[fname](*fargs, **fkw)), flush=True)
     sys.exit(0)

@@ -139,7 +139,7 @@ class LinearCrossEntropy(torch.autograd.Function):
             logp = (xc @ Wc.t()).float().log_softmax(dim=-1)  # (rows, V)
             loss -= (logp.gather(1, t) * k).sum()
             d = logp.exp_().scatter_add_(1, t, logp.new_full(t.shape, -1.0)).mul_(k / n)  # (softmax - onehot) / n
-            d = d.to(Wd.dtype)  # the products in the weights' dtype, as autocast would make them (a bf16 model has no autocast)
+            d = d.to(Wd.dtype)  # the products in the weights' dtype (autocast's; fp32 under fp16)
             with torch.autocast(amp, enabled=False):  # fp16's fp32 products stay fp32
                 dx[i:i + rows] = d @ Wd  # (rows, C)
                 dW += d.t() @ xc.to(Wd.dtype)  # (V, C)
@@ -279,6 +279,7 @@ class GPT(nn.Module):
             raise ValueError(f"temperature={temperature} must be >= 0 (0 = greedy)")
         device = self.lm_head.weight.device
         idx = idx.to(device)
+        stop = [stop] if isinstance(stop, int) else stop or None  # one token id; nothing to stop at
         done = stop if callable(stop) else lambda new: all(set(row) & set(stop) for row in new)
         # the last sampled token is never fed back, so the cache needs one slot less than the output
         caches = self.kept_caches(B, T + max_new_tokens - 1) if use_cache and max_new_tokens > 1 else None

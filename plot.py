@@ -439,9 +439,9 @@ def main(argv=None):
                         help="a sweep: final loss against KV-cache size per setting")
     sweeps.add_argument("--lr", action="store_true",
                         help="a learning-rate sweep: final loss against the Muon rate")
-    p.add_argument("--versus", metavar="DIR", nargs="+",
+    p.add_argument("--versus", metavar="DIR", action="append",
                    help="another experiment of the same designs (another context, say): how each "
-                        "design's gap to MHA differs between the two")
+                        "design's gap to MHA differs between the two; repeat it for more folders")
     p.error = fail  # bad arguments too: one line, exit status 2
     args = p.parse_args(argv)
 

@@ -190,7 +190,8 @@ def prepare_text(out_dir, tokenizer, pattern, held_out=0.1, name="text"):
         at = lambda frac: text.rfind("\n", 0, round(len(text) * frac)) + 1 or round(len(text) * frac)
         a, b = at(1 - held_out), at(1 - held_out / 2)
         if not 0 < a < b < len(text):
-            raise ValueError(f"{doc} is too short to hold out {held_out:.0%} of it in two parts; give more text")
+            raise ValueError(f"{doc} cannot be cut at line breaks into train and two held-out parts of "
+                             f"{held_out:.0%}: give more text, or shorter lines")
         parts = {"train": f"{doc}[:{a}]", "val": f"{doc}[{a}:{b}]", "test": f"{doc}[{b}:]"}
         texts = {parts["train"]: text[:a], parts["val"]: text[a:b], parts["test"]: text[b:]}
         split = {"val": [parts["val"]], "test": [parts["test"]]}
@@ -423,6 +424,11 @@ def prepare(dataset, tokenizer=None, data_dir="data", **args):
     args: for fineweb sample, shards, shard_tokens, val_tokens, nproc (see prepare_fineweb); for
     text input, name and held_out (see prepare_text), always prepared afresh (the files may have changed)."""
     tokenizer = tokenizer or DEFAULT_TOKENIZER.get(dataset, "byte")
+    allowed = {"fineweb": {"sample", "shards", "shard_tokens", "val_tokens", "nproc"},
+               "text": {"input", "name", "held_out"}}.get(dataset, set())
+    if set(args) - allowed:
+        raise ValueError(f"prepare({dataset!r}) takes {', '.join(sorted(allowed)) or 'no options'}, "
+                         f"not {', '.join(sorted(set(args) - allowed))}")
     if dataset == "text":
         stem = os.path.basename(args["input"].split("*")[0].rstrip("/"))  # books/*.txt: books
         name = args.get("name") or os.path.splitext(stem)[0]

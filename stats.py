@@ -10,6 +10,8 @@ import math
 
 import numpy as np
 
+from common import warn
+
 
 def betainc(a, b, x):
     """The regularised incomplete beta function I_x(a, b), by its continued fraction (modified
@@ -155,13 +157,17 @@ def family(rows, alpha=0.05):
 def final_losses(group, step, split="test"):
     """{seed: loss at step} of the runs (plot.load_run's dicts) that reached it: the score line's
     (every held-out token) where the run logged one at that step, else the learning curve's (test)."""
-    out = {}
+    out, curve = {}, []
     for r in group:
         score = r.get("score") or {}
         if score.get("step") == step and f"{split}_loss" in score:
             out[r["config"].get("seed")] = float(score[f"{split}_loss"])
         elif split == "test" and step in r["step"]:
             out[r["config"].get("seed")] = float(r["loss"][r["step"] == step][0])
+            curve.append(r["name"])
+    if curve and len(curve) < len(out):  # two estimates of the loss in one comparison
+        warn(f"{', '.join(curve)}: no score line at step {step}, so the learning curve's sample of the "
+             "test split stands in for every test token beside runs that have one")
     return out
 
 

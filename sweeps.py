@@ -140,7 +140,7 @@ def lr_sweep(runs):
                 **seed_stats(groups[(attn, lr)], paper, step)} for lr in rates]
         # the choice reads validation wherever every run of the design has it
         val = {lr: final_losses(groups[(attn, lr)], step, "val") for lr in rates}
-        on = "validation" if all(len(v) == len(seeds) for v in val.values()) else "test"
+        on = "validation" if seeds and all(len(v) == len(seeds) for v in val.values()) else "test"
         mean = lambda lr: (sum(val[lr].values()) / len(seeds) if on == "validation" else
                            next(r["mean"] for r in own if r["lr"] == lr))
         best = min(rates, key=lambda lr: mean(lr) if mean(lr) is not None else math.inf)

@@ -373,9 +373,9 @@ while True:  # `step` optimiser steps are done
         log(f"step {step}: every held-out token: val loss {score['val_loss']:.4f}, "
             f"test loss {score['test_loss']:.4f}")
     if master and (evaluating or step % log_interval == 0) and step > last_logged:
-        ckpt.append_log(log_path, record)
-        if score:
+        if score:  # first: a kill before the step line redoes the step, and its score with it
             ckpt.append_log(log_path, score)
+        ckpt.append_log(log_path, record)
         # one tracker line a step: the score's numbers beside the step's, named apart
         track.log(tracked, {**record, **{f"score_{k}": v for k, v in (score or {}).items() if "_" in k}})
     if saving:

@@ -261,6 +261,12 @@ def test_text_one_file_holds_out_its_end(tmp_path):
     assert val[0].startswith("line 90:") and test[0].startswith("line 95:")
 
 
+def test_prepare_refuses_options_it_does_not_take(tmp_path):
+    (tmp_path / "a.txt").write_text("to be\n" * 100)
+    with pytest.raises(ValueError, match="not val_frac"):  # the old name of held_out
+        prepare.prepare("text", "byte", str(tmp_path / "data"), input=str(tmp_path / "a.txt"), val_frac=0.2)
+
+
 def test_text_two_files_cannot_split_three_ways(tmp_path):
     for i in range(2):
         (tmp_path / f"{i}.txt").write_text("to be or not to be\n" * 50)

@@ -302,6 +302,8 @@ def test_generate_stops_at_a_stop_token_or_when_told():
     last = max(min(i for i, t in enumerate(row) if t in tokens) for row in new)
     cut = model.generate(idx, 20, temperature=0, stop=tokens)
     assert torch.equal(cut, full[:, :5 + last + 1])
+    one = model.generate(idx[:1], 20, temperature=0, stop=new[0][3])  # a bare token id
+    assert one.size(1) <= 5 + 4 and torch.equal(model.generate(idx, 20, temperature=0, stop=[]), full)
     # a function of the new tokens so far
     seen = []
     cut = model.generate(idx, 20, temperature=0, stop=lambda ids: seen.append(len(ids[0])) or len(ids[0]) == 4)

@@ -528,3 +528,25 @@ def test_versus_prints_each_designs_interaction_with_welchs_t(tmp_path, capsys):
     assert row[1:5] == ["3, 3", "-0.0400", "+0.0100", "-0.0500"] and row[6] == f"{want['p']:.2g}"
     assert "Welch" in md
     assert "does not go with" in refused([str(here), "--versus", str(there), "--lr"], capsys)[0]
+
+
+def test_a_sweep_in_progress_and_mixed_estimates(tmp_path, capsys):
+    # mid-sweep no seed has reached the end at every rate: the table is drawn, not a ZeroDivisionError
+    d = tmp_path / "lr"
+    for attn, lr, losses in [("mha", 0.01, [4.0, 3.0, 2.9]), ("mha", 0.02, [4.0, 3.0]), ("lrkv", 0.01, [4.0, 3.0, 2.8]),
+                             ("lrkv", 0.02, [4.0, 3.0, 2.7])]:
+        h = header(attn, f"{attn}_lr{lr}_s0")
+        h["config"]["matrix_lr"] = lr
+        write(d / h["run"], [h] + step_lines(attn, losses))
+    rows, summary = sweeps.lr_sweep(plot.load_runs([str(d)]))
+    assert {s["chosen_on"] for s in summary} == {"test"}
+    # a run without its score line beside runs with one: said, since the two estimates differ
+    e = tmp_path / "fig"
+    for seed in range(2):
+        for attn in ("mha", "lrkv"):
+            h = header(attn, f"{attn}_s{seed}", seed=seed)
+            score = [{"type": "score", "step": 200, "val_loss": 2.9, "test_loss": 2.8}] * (seed == 0 or attn == "mha")
+            write(e / h["run"], [h] + step_lines(attn, [4.0, 3.0, 2.85]) + score)
+    capsys.readouterr()
+    plot.summarize(plot.load_runs([str(e)]))
+    assert "lrkv_s1: no score line at step 200" in capsys.readouterr().err

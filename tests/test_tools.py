@@ -195,7 +195,7 @@ def test_trackio_receives_every_logged_number_and_a_resume_continues_it(tmp_path
     for rec, line in zip(logged, steps):
         numbers = {k: v for k, v in line.items() if k not in ("type", "step") and isinstance(v, (int, float))}
         assert numbers and {k: rec[k] for k in numbers} == numbers
-    score = [json.loads(l) for l in open(tmp_path / "t" / "log.jsonl")][-1]  # the last step's every held-out token
+    score = [json.loads(l) for l in open(tmp_path / "t" / "log.jsonl")][-2]  # the last step's every held-out token
     assert score["type"] == "score" and score["step"] == 6
     assert {k: logged[-1][f"score_{k}"] for k in ("val_loss", "test_loss")} == {k: score[k] for k in ("val_loss", "test_loss")}
     assert config["attn"] == "mha" and config["max_iters"] == 6 and config["n_layer"] == 2  # the resumed run's

@@ -125,8 +125,8 @@ def test_tiny_run_writes_log_and_checkpoint(tmp_path, attn):
     assert header["threads"] >= 1 and header["held_out"] == {"val": ["hamlet", "tempest"],
                                                             "test": ["henry_v", "twelfth_night"]}
     lines = [json.loads(l) for l in open(tmp_path / "r" / "log.jsonl")]
-    scores = [l for l in lines if l["type"] == "score"]  # one, right after the last step's line
-    assert len(scores) == 1 and lines[-1] is scores[0] and scores[0]["step"] == 4
+    scores = [l for l in lines if l["type"] == "score"]  # one, right before the last step's line
+    assert len(scores) == 1 and lines[-2] is scores[0] and scores[0]["step"] == lines[-1]["step"] == 4
     assert {"val_loss", "val_bpb", "test_loss", "test_bpb"} <= scores[0].keys()
     ckpt = torch.load(tmp_path / "r" / "ckpt.pt", weights_only=False)
     assert ckpt["step"] == 4 and ckpt["model_config"]["attn"] == attn
