@@ -334,7 +334,7 @@ def figure_mode(runs, x="tokens", seeds=False, xmin=0.1):
     base = next((r for r in rows if r["attn"] == "mha" and r["curve"]), None)
     notes = [f"test loss: every token of the test split at the last step where the logs have it "
              f"(their score line), else the learning curve's last eval; faster: on the learning curve "
-             f"(eval_tokens of the test split), target Standard MHA's final {base['loss']:.4f} at "
+             f"(eval_tokens of the test split), target Standard MHA's last eval on it, {base['loss']:.4f} at "
              f"{fmt(base['tokens'], 'count')} tokens, 1 - design/MHA tokens (or FLOPs) to get there, "
              f"interpolated between evals; its 95% interval from 10,000 bootstrap resamples of the "
              f"seeds, paired with MHA's ('never': some resamples do not get there)" if base else
