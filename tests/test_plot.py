@@ -550,3 +550,20 @@ def test_a_sweep_in_progress_and_mixed_estimates(tmp_path, capsys):
     capsys.readouterr()
     plot.summarize(plot.load_runs([str(e)]))
     assert "lrkv_s1: no score line at step 200" in capsys.readouterr().err
+
+
+def test_the_committed_e1_table_is_what_its_logs_give(tmp_path):
+    # docs/results.md's E1 numbers must come from docs/runs/e1's logs: re-plot them and compare
+    # the committed results.md, then each row of the page's table with the re-plotted one
+    root = os.path.join(os.path.dirname(__file__), "..")
+    assert plot.main([os.path.join(root, "docs", "runs", "e1"), "--out", str(tmp_path)]) == 0
+    md = (tmp_path / "results.md").read_text()
+    assert md == open(os.path.join(root, "docs", "runs", "e1", "results.md")).read()
+    page = open(os.path.join(root, "docs", "results.md")).read()
+    page = page.split("## E1.")[1].split("\n## ")[0]
+    norm = lambda c: c.replace("−", "-")
+    for label, on_page in [("LRKV", "LRKV (r=13)"), ("MLA", "MLA (d_c=32)"), ("GQA", "GQA (2 K/V heads)"),
+                           ("MQA", "MQA")]:
+        new, old = cells(md, label), [norm(c) for c in cells(page, on_page)]
+        assert old[2:5] == [f"{new[2]} ± {new[3]}", new[5], new[6]]  # mean ± sd, Δ MHA, 95% CI
+        assert old[-2:] == new[-2:]  # faster, by tokens and by compute, with their intervals
