@@ -136,10 +136,11 @@ def load_run(path):
             "tokens": col("tokens"), "flops": col("flops"), "loss": col("test_loss"), "score": score}
 
 
-def odd_runs(runs, sweep=False, lr=False):
+def odd_runs(runs, sweep=False, lr=False, own_rates=False):
     """'name (how it differs)' for every run outside the experiment that most runs are: another
     shape, data, length, batch or optimiser setting than the largest group (but the Muon rate in a
-    learning-rate sweep), or (unless a sweep of settings) other settings than most of its design."""
+    learning-rate sweep, or with each design at its own rate), or (unless a sweep of settings) other
+    settings than most of its design (with own_rates, its Muon rate too)."""
     odd = set()  # ids: a run holds numpy arrays, so `in` on a list of runs would compare them
 
     def split(group, keys):
@@ -151,10 +152,11 @@ def odd_runs(runs, sweep=False, lr=False):
                 how = [f"{k}={v} not {c}" for k, v, c in zip(keys, key(r), common) if v != c]
                 yield f"{r['name']} ({', '.join(how)})"
 
-    why = list(split(runs, [k for k in SHAPE_KEYS if not (lr and k == "matrix_lr")]))
+    why = list(split(runs, [k for k in SHAPE_KEYS if not ((lr or own_rates) and k == "matrix_lr")]))
     for attn in DESIGNS if not sweep else []:
         group = [r for r in runs if r["attn"] == attn and id(r) not in odd]
-        why += list(split(group, design_keys(attn))) if group else []
+        keys = design_keys(attn) + (("matrix_lr",) if own_rates else ())
+        why += list(split(group, keys)) if group else []
     return why
 
 
@@ -418,9 +420,10 @@ def write(out, fig, table, notes, names):
 def one_experiment(dirs, args):
     """The runs under dirs, refused (exit 2) unless they are one experiment."""
     runs = load_runs(dirs)
-    odd = odd_runs(runs, sweep=args.pareto, lr=args.lr)
+    odd = odd_runs(runs, sweep=args.pareto, lr=args.lr, own_rates=args.own_rates)
     if odd:
-        hint = "" if args.pareto or args.lr else "; a sweep? add --pareto or --lr"
+        hint = "" if args.pareto or args.lr or args.own_rates else \
+            "; a sweep? add --pareto or --lr; each design at its own Muon rate? --own_rates"
         fail(f"not one experiment, so not averaged: {'; '.join(odd)}; move these runs to a folder of "
              f"their own and plot each folder{hint}")
     return runs
@@ -439,6 +442,8 @@ def main(argv=None):
                         help="a sweep: final loss against KV-cache size per setting")
     sweeps.add_argument("--lr", action="store_true",
                         help="a learning-rate sweep: final loss against the Muon rate")
+    sweeps.add_argument("--own_rates", action="store_true",
+                        help="the figure with each design at its own Muon rate (one rate a design)")
     p.add_argument("--versus", metavar="DIR", action="append",
                    help="another experiment of the same designs (another context, say): how each "
                         "design's gap to MHA differs between the two; repeat it for more folders")
@@ -455,6 +460,10 @@ def main(argv=None):
         fig, table, notes, names = lr_mode(runs)
     else:
         fig, table, notes, names = figure_mode(runs, x=args.x, seeds=args.seeds, xmin=args.xmin)
+        if args.own_rates:
+            rate = {r["attn"]: r["config"].get("matrix_lr") for r in runs}
+            notes.append("each design at its own Muon rate (matrix_lr): "
+                         + ", ".join(f"{DESIGNS[a].label} {rate[a]:g}" for a in DESIGNS if a in rate))
     if other:
         where = " ".join(args.versus)
         table += f"\n\nAgainst {where}:\n\n" + versus_table(runs, other, where)

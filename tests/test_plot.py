@@ -567,3 +567,24 @@ def test_the_committed_e1_table_is_what_its_logs_give(tmp_path):
         new, old = cells(md, label), [norm(c) for c in cells(page, on_page)]
         assert old[2:5] == [f"{new[2]} ± {new[3]}", new[5], new[6]]  # mean ± sd, Δ MHA, 95% CI
         assert old[-2:] == new[-2:]  # faster, by tokens and by compute, with their intervals
+
+
+def test_each_design_at_its_own_rate(tmp_path, capsys):
+    # E3b: every design at the rate chosen for it; the figure's table, not refused as a sweep, but a
+    # design at two rates still is
+    d = tmp_path / "tuned"
+    for seed in range(3):
+        for attn, lr, losses in [("mha", 0.02, MHA), ("lrkv", 0.028, LRKV), ("mqa", 0.014, MQA)]:
+            h = header(attn, f"{attn}_s{seed}", seed=seed)
+            h["config"]["matrix_lr"] = lr
+            write(d / h["run"], [h] + step_lines(attn, [x + 0.01 * seed * (attn != "mha") for x in losses]))
+    assert "--own_rates" in refused([str(d)], capsys)[0]
+    assert plot.main([str(d), "--own_rates"]) == 0
+    md = (d / "results.md").read_text()
+    assert cells(md, "LRKV")[5] == "%+.4f" % (LRKV[-1] + 0.01 - MHA[-1])  # the mean of 0, 0.01, 0.02 added
+    assert "own Muon rate (matrix_lr): Standard MHA 0.02, LRKV 0.028, MQA 0.014" in md
+    h = header("lrkv", "lrkv_s3", seed=3)
+    h["config"]["matrix_lr"] = 0.04
+    write(d / "lrkv_s3", [h] + step_lines("lrkv", LRKV))
+    assert "lrkv_s3 (matrix_lr=0.04 not 0.028)" in refused([str(d), "--own_rates"], capsys)[0]
+    assert "not allowed with argument" in refused([str(d), "--own_rates", "--lr"], capsys)[0]
