@@ -32,6 +32,8 @@ export MPLBACKEND=Agg
 ALL=$(python3 -c 'import common; print(*common.DESIGNS)')  # from common.py's table
 DESIGNS=${DESIGNS:-$ALL}
 for a in $DESIGNS; do [[ " $ALL " == *" $a "* ]] || fail "DESIGNS: $a is not a design; use some of $ALL"; done
+# a mistyped train.py flag: said once, here, rather than by every run
+python3 -c 'import sys, configurator; configurator.check_flags("train.py", sys.argv[1:])' "$@" || exit 2
 
 # the runs, one "name train.py-arguments" per line
 if [ "${SWEEP:-}" = pareto ]; then

@@ -361,12 +361,13 @@ COMMANDS = [("train.py", "--bogus=1"), ("train.py", "--batch_size=0"), ("train.p
             ("gpu_check.py", "--bogus"), ("gpu_check.py", "--dry", "--only=kv"),
             ("gpu_check.py", "--dry", "--out=README.md/x"), ("flops.py", "nope"), ("plot.py", "--bogus"),
             ("plot.py", "missing/")]
-REPRODUCE = ["SWEEP=bogus", "JOBS=0", "DESIGNS=mha xyz", "SEEDS=one", "LRS=x"]
+REPRODUCE = [("SWEEP=bogus",), ("JOBS=0",), ("DESIGNS=mha xyz",), ("SEEDS=one",), ("LRS=x",),
+             ("SEEDS=0", "--bogus=1")]  # a typo in train.py's flags: once, not once a run
 
 
 @pytest.mark.parametrize("cmd", [[sys.executable, *c] for c in COMMANDS] + [
-    ["env", "DRY=1", f"PYTHON={sys.executable}", e, "bash", "reproduce.sh"] for e in REPRODUCE],
-    ids=[" ".join(c) for c in COMMANDS] + REPRODUCE)
+    ["env", "DRY=1", f"PYTHON={sys.executable}", e, "bash", "reproduce.sh", *rest] for e, *rest in REPRODUCE],
+    ids=[" ".join(c) for c in COMMANDS + REPRODUCE])
 def test_every_command_line_refuses_bad_input_in_one_line(cmd):
     exits_in_one_line(cmd, [])
 
@@ -447,10 +448,11 @@ def test_trains_on_your_own_text(tmp_path):
 def test_pareto_sweep_lists_every_setting_and_seed():
     # what SWEEP=pareto runs, without running it (the loop that runs it is the figure's, tested above)
     env = {**os.environ, "SWEEP": "pareto", "DRY": "1"}
-    p = subprocess.run(["bash", os.path.join(ROOT, "reproduce.sh"), "--x=1"], env=env, capture_output=True, text=True)
+    p = subprocess.run(["bash", os.path.join(ROOT, "reproduce.sh"), "--log_interval=5"], env=env, capture_output=True,
+                       text=True)
     assert p.returncode == 0, p.stderr
     cmds = p.stdout.splitlines()
-    assert len(cmds) == 33 and all(c.startswith("train.py --attn=") and c.endswith(" --x=1") for c in cmds)
+    assert len(cmds) == 33 and all(c.startswith("train.py --attn=") and c.endswith(" --log_interval=5") for c in cmds)
     assert all("--max_iters=300" in c and "--out_dir=out/pareto" in c for c in cmds)
     runs = [c.split("--run_name=")[1].split()[0] for c in cmds]
     settings = ["mha", "gqa1", "gqa2", "lrkv2", "lrkv4", "lrkv8", "lrkv13", "lrkv20", "mla32", "mla64", "mla128"]
