@@ -422,8 +422,8 @@ def one_experiment(dirs, args):
     runs = load_runs(dirs)
     odd = odd_runs(runs, sweep=args.pareto, lr=args.lr, own_rates=args.own_rates)
     if odd:
-        hint = "" if args.pareto or args.lr or args.own_rates else \
-            "; a sweep? add --pareto or --lr; each design at its own Muon rate? --own_rates"
+        hint = ("" if args.pareto or args.lr or args.own_rates else
+                "; a sweep? add --pareto or --lr; each design at its own Muon rate? --own_rates")
         fail(f"not one experiment, so not averaged: {'; '.join(odd)}; move these runs to a folder of "
              f"their own and plot each folder{hint}")
     return runs
