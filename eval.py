@@ -4,6 +4,7 @@ What a trained checkpoint does: its held-out loss, its samples, the diversity of
     python eval.py out/cpu_lrkv_s0/ckpt.pt                  # loss and bits per byte on every token of val and test
     python eval.py out/cpu_lrkv_s0/ckpt.pt --sample="ROMEO:" --max_new_tokens=200 --seed=1
     python eval.py out/cpu_lrkv_s0/ckpt.pt --heads          # head diversity (paper §4.3, Table 3)
+    python eval.py out --heads                              # ... of every run in out/, by design
     python eval.py out/cpu_lrkv_s0/ckpt.pt --tasks=arc_easy,hellaswag --limit=100   # lm-evaluation-harness
     python eval.py out/cpu_lrkv_s0/ckpt.pt --export=out/cpu_lrkv_s0/export   # safetensors + config.json
 
@@ -13,6 +14,7 @@ A checkpoint is a ckpt.pt or, from --fsdp, a ckpt_STEP/ folder (checkpoint.py), 
 bytes, decode speed), is bench.py's job.
 """
 import argparse
+import glob
 import json
 import math
 import os
@@ -21,7 +23,8 @@ import torch
 import torch.distributed as dist
 
 from checkpoint import load_model
-from common import ArgumentParser, count, autocast, fail, resolve_device, resolve_dtype, torch_dtype
+from common import (DESIGNS, ArgumentParser, count, autocast, fail, resolve_device, resolve_dtype,
+                    torch_dtype)
 
 
 @torch.no_grad()
@@ -139,6 +142,12 @@ def main(argv=None):
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype, device)
     amp = autocast(device, dtype)
+    runs = sorted(glob.glob(os.path.join(args.checkpoint, "*", "ckpt.pt")))
+    if runs:  # a folder of runs
+        if not args.heads or args.sample is not None or args.tasks or args.export:
+            fail(f"{args.checkpoint} is a folder of runs: only --heads reads them all; "
+                 "name one run's ckpt.pt for the rest")
+        return print_heads_of_runs(runs, device)
     model, meta = load_model(args.checkpoint, device)
     if "train_config" not in meta:
         fail(f"{args.checkpoint} does not say how it was trained (its tokenizer): "
@@ -168,7 +177,8 @@ def for_decoding(model, device, dtype):
 def arguments(argv):
     p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("checkpoint",
-                   help="a ckpt.pt written by train.py, a ckpt_STEP/ folder (--fsdp) or an --export folder")
+                   help="a ckpt.pt written by train.py, a ckpt_STEP/ folder (--fsdp), an --export "
+                        "folder, or with --heads a folder of runs")
     p.add_argument("--eval_tokens", type=count, default=None,
                    help="score this many tokens spread over each split (default: every token)")
     p.add_argument("--batch_size", type=count, default=8)
@@ -249,6 +259,25 @@ def print_heads(model, path):
         print(f"{r['layer']:5d} {r['uncentred']:8.1f}% {r['centred']:7.1f}% {r['mean_sim']:15.3f}")
     mean = lambda k: sum(r[k] for r in rows) / len(rows)  # noqa: E731
     print(f"{'mean':>5} {mean('uncentred'):8.1f}% {mean('centred'):7.1f}% {mean('mean_sim'):15.3f}")
+
+
+def print_heads_of_runs(paths, device):
+    """--heads over a folder of runs: each run's mean over layers, then each design's mean ± sd."""
+    keys, by_design = ("uncentred", "centred", "mean_sim"), {}
+    print("head diversity, the mean over layers (approximate: see a single run's --heads)")
+    for path in paths:
+        model, _ = load_model(path, device)
+        rows = head_diversity(model)
+        m = [sum(r[k] for r in rows) / len(rows) for k in keys]
+        print(f"{path} ({model.cfg.attn}): {m[0]:.1f}% uncentred, {m[1]:.1f}% centred, "
+              f"mean similarity {m[2]:.3f}")
+        by_design.setdefault(model.cfg.attn, []).append(m)
+    print("\n| design | runs | effective rank, uncentred (% of H) | centred | mean similarity |")
+    print("|---|---:|---:|---:|---:|")
+    for attn in (a for a in DESIGNS if a in by_design):
+        x = torch.tensor(by_design[attn], dtype=torch.float64)  # (runs, 3)
+        cell = lambda i, f: f"{x[:, i].mean():{f}}" + (f" ± {x[:, i].std():{f}}" if len(x) > 1 else "")
+        print(f"| {attn} | {len(x)} | {cell(0, '.1f')} | {cell(1, '.1f')} | {cell(2, '.3f')} |")
 
 
 def print_test_loss(model, meta, tok, amp, args, device):

@@ -1,6 +1,7 @@
 """Generation with and without the KV cache, head diversity, and eval.py's command line."""
 from dataclasses import asdict
 
+import numpy as np
 import pytest
 import torch
 
@@ -238,6 +239,27 @@ def test_cli_sample_and_heads_from_a_checkpoint(tmp_path, capsys):
     assert "approximate" in out and out.splitlines()[-1].split()[0] == "mean"
     assert "shorten the prompt" in exits_in_one_line(ev.main, [path, "--device=cpu", "--sample=To be", "--max_new_tokens=60"],
                                                      capsys)
+
+
+def test_cli_heads_of_a_folder_of_runs(tmp_path, capsys):
+    # eval.py FOLDER --heads: every run's mean over layers, then each design's mean and sd over runs
+    means = {}
+    for name, attn, seed in [("a_s0", "mha", 0), ("a_s1", "mha", 1), ("b_s0", "lrkv", 0)]:
+        cfg = tiny(attn, vocab_size=320, block_size=64)
+        model = randomized(cfg, seed)
+        (tmp_path / name).mkdir()
+        torch.save(dict(model=model.state_dict(), model_config=asdict(cfg), step=0,
+                        train_config=dict(tokenizer="byte")), tmp_path / name / "ckpt.pt")
+        rows = ev.head_diversity(model)
+        means[name] = [sum(r[k] for r in rows) / len(rows) for k in ("uncentred", "centred", "mean_sim")]
+    out = run_main(capsys, str(tmp_path), "--device=cpu", "--heads")
+    sim = [means[n][2] for n in ("a_s0", "a_s1")]
+    assert sim[0] != sim[1]  # two seeds, so the sd is not trivially 0
+    assert f"a_s1/ckpt.pt (mha): {means['a_s1'][0]:.1f}% uncentred" in out
+    mha = next(l for l in out.splitlines() if l.startswith("| mha |")).split("|")
+    assert mha[2].strip() == "2" and mha[5].strip() == f"{np.mean(sim):.3f} ± {np.std(sim, ddof=1):.3f}"
+    assert f"| lrkv | 1 | {means['b_s0'][0]:.1f} |" in out
+    assert "only --heads" in exits_in_one_line(ev.main, [str(tmp_path), "--device=cpu"], capsys)
 
 
 def run_main(capsys, *argv):
