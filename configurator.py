@@ -30,24 +30,14 @@ def fields(path):
     return out
 
 
-def check_flags(path, argv):
-    """Refuses (exit 2) a --key that the script at path has no field for, and returns the fields.
-    reproduce.sh calls it on its extra arguments, so that a typo is said once, before any run."""
-    meaning = fields(path)
-    for key in (a[2:].partition("=")[0] for a in argv if a.startswith("--")):
-        if key not in meaning:
-            fail(f"unknown flag --{key}; flags are: " + " ".join(f"--{k}" for k in meaning))
-    return meaning
-
-
 def configure(path, g, argv, doc):
     """Applies argv (config files and --key=value) to g, the script's globals; returns the field names."""
+    meaning = fields(path)
     if "-h" in argv or "--help" in argv:
         print(doc.strip() + "\n\nfields (--key=value; default; meaning):")
-        for k, m in fields(path).items():
+        for k, m in meaning.items():
             print(f"  --{k}={g[k]!r}" + (f"  {m}" if m else ""))
         sys.exit(0)
-    meaning = check_flags(path, argv)
     for arg in argv:
         if not arg.startswith("--"):
             try:
@@ -60,6 +50,8 @@ def configure(path, g, argv, doc):
                 fail(f"config file {arg}: {type(e).__name__}: {e}")
             continue
         key, eq, val = arg[2:].partition("=")
+        if key not in meaning:
+            fail(f"unknown flag --{key}; flags are: " + " ".join(f"--{k}" for k in meaning))
         try:
             val = ast.literal_eval(val) if eq else True
         except (ValueError, SyntaxError):

@@ -32,8 +32,6 @@ export MPLBACKEND=Agg
 ALL=$(python3 -c 'import common; print(*common.DESIGNS)')  # from common.py's table
 DESIGNS=${DESIGNS:-$ALL}
 for a in $DESIGNS; do [[ " $ALL " == *" $a "* ]] || fail "DESIGNS: $a is not a design; use some of $ALL"; done
-# a mistyped train.py flag: said once, here, rather than by every run
-python3 -c 'import sys, configurator; configurator.check_flags("train.py", sys.argv[1:])' "$@" || exit 2
 
 # the runs, one "name train.py-arguments" per line
 if [ "${SWEEP:-}" = pareto ]; then
@@ -74,6 +72,10 @@ if [ -n "${DRY:-}" ]; then
   runs | while read -r run args; do echo "train.py $args --seed=${run##*_s} --out_dir=$OUT --run_name=$run $*"; done
   exit 0
 fi
+# bad input is said once, here, not by every run: the first run's flags checked (train.py --check)
+read -r run args < <(runs)
+# shellcheck disable=SC2086  # $args is a list of flags
+"$PY" train.py $args --out_dir="$OUT" --run_name="$run" "$@" --check || exit $?
 pids=()
 left=$(runs | wc -l)
 threads=$(( CORES / JOBS > 0 ? CORES / JOBS : 1 ))

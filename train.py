@@ -44,6 +44,8 @@ run_name = ""  # default: {preset}_{attn}_s{seed}; not --run, which torchrun tak
 resume = False  # continue the run in out_dir/run_name from its checkpoint
                 # (or from step 0 if it has none)
 seed = 0  # initialisation and batch order
+check = False  # check the flags, the shape and the memory, then exit, writing nothing
+               # (reproduce.sh does, before its first run)
 # model: a preset's shape (model.PRESETS), any field overridden
 preset = "cpu"  # the shape, from model.PRESETS; the fields below override it
 attn = "mha"  # the KV design: mha, gqa, mqa, mla or lrkv
@@ -177,6 +179,14 @@ refusal = flops.memory_refusal(model_config, batch_size, world, fsdp, activation
                                limit)
 if refusal:  # now, rather than out of memory after minutes of building and compiling
     fail(refusal)
+if optimizer not in ("muon", "adamw"):
+    fail(f"--optimizer={optimizer!r} is unknown; use muon or adamw")
+try:
+    ns_dtype = muon.newton_schulz_dtype(muon_dtype, native_bf16(device))
+except ValueError as e:
+    fail(str(e))
+if check:
+    sys.exit(0)
 
 # data: the embedded corpus prepares itself on first use; anything else must be prepared first
 dataset_dir = os.path.join(data_dir, f"{dataset}_{tokenizer}")
@@ -229,16 +239,10 @@ if fsdp:  # each block, then the rest, as DTensors sharded on dim 0;
     fully_shard(model, mp_policy=MixedPrecisionPolicy(reduce_dtype=torch.float32))
 
 # optimizer: the paper's Muon + AdamW, or AdamW for everything
-try:
-    ns_dtype = muon.newton_schulz_dtype(muon_dtype, native_bf16(device))
-except ValueError as e:
-    fail(str(e))
 if optimizer == "muon":
     optims = muon.optimizers(model, ns_dtype, matrix_lr, embed_lr, head_lr, weight_decay, betas)
-elif optimizer == "adamw":
-    optims = muon.adamw_only(model, adamw_lr, weight_decay, betas)
 else:
-    fail(f"--optimizer={optimizer!r} is unknown; use muon or adamw")
+    optims = muon.adamw_only(model, adamw_lr, weight_decay, betas)
 # this run's, whatever a checkpoint saved
 base_lrs = [[g["lr"] for g in o.param_groups] for o in optims]
 

@@ -361,15 +361,23 @@ COMMANDS = [("train.py", "--bogus=1"), ("train.py", "--batch_size=0"), ("train.p
             ("gpu_check.py", "--bogus"), ("gpu_check.py", "--dry", "--only=kv"),
             ("gpu_check.py", "--dry", "--out=README.md/x"), ("flops.py", "nope"), ("plot.py", "--bogus"),
             ("plot.py", "missing/")]
-REPRODUCE = [("SWEEP=bogus",), ("JOBS=0",), ("DESIGNS=mha xyz",), ("SEEDS=one",), ("LRS=x",),
-             ("SEEDS=0", "--bogus=1")]  # a typo in train.py's flags: once, not once a run
+REPRODUCE = ["SWEEP=bogus", "JOBS=0", "DESIGNS=mha xyz", "SEEDS=one", "LRS=x"]
 
 
 @pytest.mark.parametrize("cmd", [[sys.executable, *c] for c in COMMANDS] + [
-    ["env", "DRY=1", f"PYTHON={sys.executable}", e, "bash", "reproduce.sh", *rest] for e, *rest in REPRODUCE],
-    ids=[" ".join(c) for c in COMMANDS + REPRODUCE])
+    ["env", "DRY=1", f"PYTHON={sys.executable}", e, "bash", "reproduce.sh"] for e in REPRODUCE],
+    ids=[" ".join(c) for c in COMMANDS] + REPRODUCE)
 def test_every_command_line_refuses_bad_input_in_one_line(cmd):
     exits_in_one_line(cmd, [])
+
+
+@pytest.mark.parametrize("flag", ["--bogus=1", "--batch_size=0", "--muon_dtype=fp8"])
+def test_reproduce_sh_says_bad_input_once_before_any_run(tmp_path, flag):
+    # train.py --check on the first run's flags: one line and status 2, not a line from every run
+    out = tmp_path / "repro"
+    env = {"DESIGNS": "mha gqa", "SEEDS": "0 1", "OUT": str(out), "PYTHON": sys.executable}
+    err = exits_in_one_line(["env", *(f"{k}={v}" for k, v in env.items()), "bash", "reproduce.sh", flag], [])
+    assert flag.split("=")[0] in err and not out.exists()
 
 
 def test_bad_input_gives_one_line_errors(tmp_path):
