@@ -369,8 +369,8 @@ def versus_table(runs, other, there):
                     **welch(here[a], away[a])}
                    for a in here if a in away and len(here[a]) > 1 and len(away[a]) > 1])
     head = ["design", "pairs here, there", "Δ MHA here", f"Δ MHA in {there}", "interaction", "95% CI",
-            "p", "Holm", "established"]
-    body = [[r["label"], "%d, %d" % r["n"], fmt(r["here"], "+.4f"), fmt(r["there"], "+.4f"), *gap(r)[1:6]]
+            "p", "Holm", "established", "finds"]
+    body = [[r["label"], "%d, %d" % r["n"], fmt(r["here"], "+.4f"), fmt(r["there"], "+.4f"), *gap(r)[1:7]]
             for r in rows]
     return render(head, body)
 
@@ -469,7 +469,7 @@ def main(argv=None):
         table += f"\n\nAgainst {where}:\n\n" + versus_table(runs, other, where)
         notes.append(f"interaction: Δ MHA here minus Δ MHA in {where}, each a mean over seeds of the "
                      "paired difference; the two experiments draw other batches, so Welch's t on the two "
-                     "sets of Δ; Holm over the designs")
+                     "sets of Δ; Holm over the designs; finds from Welch's standard error and df")
     first = args.dirs[0]  # by default the files go beside the logs
     out = args.out or (first if os.path.isdir(first) else os.path.dirname(first))
     write(out, fig, table, notes, names)

@@ -117,13 +117,14 @@ def holm(ps):
     return out
 
 
-def smallest_gap(sd, n, alpha, power=0.8):
-    """The smallest true mean difference a two-sided paired t-test at level alpha finds with the
-    given power, from n pairs of spread sd: (t_{1-alpha/2} + t_power) sd / sqrt(n), n - 1 degrees
-    of freedom (the usual approximation to the noncentral t's answer)."""
-    if sd is None or not isinstance(n, int) or n < 2:
+def smallest_gap(se, df, alpha, power=0.8):
+    """The smallest true difference a two-sided t-test at level alpha finds with the given power,
+    from its standard error and degrees of freedom: (t_{1-alpha/2} + t_power) se, the usual
+    approximation to the noncentral t's answer. Paired: se = sd / sqrt(n), df = n - 1; Welch's
+    test and a slope bring their own."""
+    if se is None or df is None or df < 1:
         return None
-    return (t_quantile(1 - alpha / 2, n - 1) + t_quantile(power, n - 1)) * sd / math.sqrt(n)
+    return (t_quantile(1 - alpha / 2, df) + t_quantile(power, df)) * se
 
 
 MARGIN = 0.008  # nats: "no difference" means within this of MHA (docs/plan.md)
@@ -150,7 +151,7 @@ def family(rows, alpha=0.05):
     tested = [r for r in rows if r.get("p") is not None]
     for r, ph in zip(tested, holm([r["p"] for r in tested])):
         r["p_holm"], r["established"] = ph, ph < alpha
-        r["finds"] = smallest_gap(r.get("diff_sd"), r["pairs"], alpha / len(tested))
+        r["finds"] = smallest_gap(r.get("se"), r.get("df"), alpha / len(tested))
     return rows
 
 

@@ -170,7 +170,7 @@ def rate_slope(groups, attn, step):
     if len(set(x)) < 2 or len(x) - len(set(seed)) - 1 < 1:
         return {}
     r = slope(x, y, seed)
-    return {**r, "diff": r["slope"], "pairs": r["points"], "diff_sd": None}
+    return {**r, "diff": r["slope"], "pairs": r["points"]}
 
 
 def draw_lr(rows, summary):
@@ -201,8 +201,9 @@ def lr_tables(rows, summary):
                       f"{s['chosen_on']}{', edge' if s['edge'] else ''})")
     body2 = [[s["label"], str(s["n"]), *gap(s["paper"])[1:5], best(s), *gap(s["own"])[1:5]]
              for s in summary]
-    head3 = ["design", "points", "Δ MHA per doubling of the rate", "95% CI", "p", "Holm", "established"]
-    body3 = [[s["label"], str(s["rate"]["pairs"]), *gap(s["rate"])[1:6]] for s in summary if s["rate"]]
+    head3 = ["design", "points", "Δ MHA per doubling of the rate", "95% CI", "p", "Holm", "established",
+             "finds"]
+    body3 = [[s["label"], str(s["rate"]["pairs"]), *gap(s["rate"])[1:7]] for s in summary if s["rate"]]
     return (render(head, body) + "\n\n" + render(head2, body2)
             + ("\n\nHow the gap to MHA moves with the rate:\n\n" + render(head3, body3) if body3 else ""))
 
@@ -220,5 +221,5 @@ def lr_mode(runs):
              "highest rate swept, so the design's own optimum may lie beyond it",
              "families for Holm: the first table; each column of tests of the second; the third",
              "per doubling: the least-squares slope of Δ MHA (same seed and rate) on log2 of the rate, "
-             "an intercept per seed, t with points - seeds - 1 degrees of freedom"]
+             "an intercept per seed, t with points - seeds - 1 degrees of freedom (so are its finds)"]
     return fig, lr_tables(rows, summary), notes, ("figure_lr", "lr.md")

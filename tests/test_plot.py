@@ -474,6 +474,8 @@ def test_lr_sweep_each_design_at_its_own_best_rate(tmp_path, capsys):
     # an intercept per seed the slope per doubling is (0.22 + 0.21 + 0.22) / 6
     assert s["lrkv"]["rate"]["slope"] == pytest.approx(0.65 / 6) and s["lrkv"]["rate"]["df"] == 9 - 3 - 1
     assert "| LRKV | 9 | +0.1083 |" in md and s["mha"]["rate"] == {}
+    r = s["lrkv"]["rate"]  # the one slope is its own family: sized at 0.05 from its own se and df
+    assert cells(md.split("moves with the rate")[1], "LRKV")[-1] == f"{stats.smallest_gap(r['se'], 5, 0.05):.4f}"
     fig, ax = sweeps.draw_lr(rows, summary)
     lines = {c.get_label(): c.lines[0] for c in ax.containers}
     assert sorted(lines) == ["LRKV", "Standard MHA"] and ax.get_xscale() == "log"
@@ -526,6 +528,7 @@ def test_versus_prints_each_designs_interaction_with_welchs_t(tmp_path, capsys):
     assert want["diff"] == pytest.approx(-0.05)
     row = cells(md.split(f"Against {there}:")[1], "LRKV")
     assert row[1:5] == ["3, 3", "-0.0400", "+0.0100", "-0.0500"] and row[6] == f"{want['p']:.2g}"
+    assert row[9] == f"{stats.smallest_gap(want['se'], want['df'], 0.05):.4f}"  # one design, one family
     assert "Welch" in md
     assert "does not go with" in refused([str(here), "--versus", str(there), "--lr"], capsys)[0]
 

@@ -63,14 +63,28 @@ def test_holm_by_hand_and_by_its_definition():
 
 @pytest.mark.parametrize("n, sd, alpha", [(12, 0.0083, 0.0125), (5, 0.01, 0.05), (30, 0.004, 0.05 / 3)])
 def test_smallest_gap_is_the_t_formula_and_near_the_noncentral_t(n, sd, alpha):
-    got = stats.smallest_gap(sd, n, alpha)
+    got = stats.smallest_gap(sd / math.sqrt(n), n - 1, alpha)
     want = (scipy_stats.t.ppf(1 - alpha / 2, n - 1) + scipy_stats.t.ppf(0.8, n - 1)) * sd / math.sqrt(n)
     assert got == pytest.approx(want, rel=1e-6)
     # the exact power of the two-sided test at that gap, from the noncentral t: about 0.8
     tc, nc = scipy_stats.t.ppf(1 - alpha / 2, n - 1), got / (sd / math.sqrt(n))
     power = scipy_stats.nct.sf(tc, n - 1, nc) + scipy_stats.nct.cdf(-tc, n - 1, nc)
     assert 0.78 < power < 0.82
-    assert stats.smallest_gap(None, 12, 0.05) is None and stats.smallest_gap(0.01, 1, 0.05) is None
+    assert stats.smallest_gap(None, 11, 0.05) is None and stats.smallest_gap(0.01, 0, 0.05) is None
+
+
+def test_welchs_and_a_slopes_rows_are_sized_from_their_own_error_and_df():
+    # an interaction (Welch) and a slope have no paired sd; family sizes them from se and df
+    w = stats.welch(SAMPLES[2], SAMPLES[1])
+    seeds, x = np.repeat([0, 1, 2], 5), np.tile(np.log2([0.5, 0.7, 1, 1.4, 2]), 3)
+    s = stats.slope(x, 0.01 * x + RNG.normal(0, 0.004, 15), seeds)
+    stats.family([w, s])
+    for r in (w, s):
+        want = (scipy_stats.t.ppf(1 - 0.05 / 4, r["df"]) + scipy_stats.t.ppf(0.8, r["df"])) * r["se"]
+        assert r["finds"] == pytest.approx(want, rel=1e-6)
+    # Welch's df is not an integer: the power at that gap, from the noncentral t, is still about 0.8
+    tc = scipy_stats.t.ppf(1 - 0.05 / 4, w["df"])
+    assert 0.78 < scipy_stats.nct.sf(tc, w["df"], w["finds"] / w["se"]) < 0.82
 
 
 @pytest.mark.parametrize("d", SAMPLES[1:] + [RNG.normal(0.0, 0.002, 12), RNG.normal(0.012, 0.002, 12)])
@@ -89,5 +103,5 @@ def test_family_adjusts_within_a_table_and_sizes_each_test():
     ps = [r["p"] for r in rows[1:]]
     assert [r["p_holm"] for r in rows[1:]] == pytest.approx(stats.holm(ps))
     assert [r["established"] for r in rows[1:]] == [p < 0.05 for p in stats.holm(ps)]
-    assert rows[2]["finds"] == pytest.approx(stats.smallest_gap(rows[2]["diff_sd"], 12, 0.05 / 3))
+    assert rows[2]["finds"] == pytest.approx(stats.smallest_gap(rows[2]["diff_sd"] / math.sqrt(12), 11, 0.05 / 3))
     assert "p_holm" not in rows[0]
