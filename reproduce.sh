@@ -76,7 +76,10 @@ fi
 read -r run args < <(runs)
 # shellcheck disable=SC2086  # $args is a list of flags
 "$PY" train.py $args --out_dir="$OUT" --run_name="$run" "$@" --check || exit $?
-pids=()
+# the runs that failed, a name a line: not wait's pids, which go stale in a long reproduction once
+# the kernel hands a finished run's pid to another child (bash then forgets its status)
+failed=$(mktemp)
+trap 'rm -f "$failed"' EXIT
 left=$(runs | wc -l)
 threads=$(( CORES / JOBS > 0 ? CORES / JOBS : 1 ))
 tail=0
@@ -94,13 +97,12 @@ while read -r run args; do
   [ -d "$OUT/$run" ] && resume="--resume"  # started before: continue it (a finished run does nothing)
   # shellcheck disable=SC2086  # $args is a list of flags
   ( OMP_NUM_THREADS=$threads "$PY" train.py $args --seed="${run##*_s}" --out_dir="$OUT" --run_name="$run" $resume "$@" 2>&1 \
-      | sed -u "s/^/$run  /" ) &
-  pids+=($!)
+      | sed -u "s/^/$run  /" || echo "$run" >> "$failed" ) &
 done < <(runs)
-failed=0
-for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
-if [ "$failed" != 0 ]; then
-  echo "reproduce.sh: a run failed (its lines above say why); run the same command again to continue" >&2
+wait
+if [ -s "$failed" ]; then
+  echo "reproduce.sh: $(sort "$failed" | paste -sd ' ') failed (their lines above say why);" \
+    "run the same command again to continue" >&2
   exit 1
 fi
 "$PY" plot.py "$OUT" $plot

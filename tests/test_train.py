@@ -423,8 +423,10 @@ def test_reproduce_sh_interrupted_and_run_again_finishes(tmp_path):
     faulty.write_text(f'#!/bin/sh\nexec {sys.executable} {FAULT} "$@"\n')
     faulty.chmod(0o755)
     p = subprocess.run(cmd, env={**env, "NANOKV_FAULT": "log:1", "PYTHON": str(faulty)}, capture_output=True, text=True)
-    # two side by side (JOBS=2), both killed in their first step
-    assert p.returncode != 0 and sorted(os.listdir(tmp_path / "repro")) == ["cpu_gqa_s0", "cpu_mha_s0"]
+    # two side by side (JOBS=2), both killed in their first step: named, from a list of the failed
+    # rather than wait's pids (stale once a long reproduction has made the kernel reuse them)
+    assert p.returncode == 1 and sorted(os.listdir(tmp_path / "repro")) == ["cpu_gqa_s0", "cpu_mha_s0"]
+    assert "reproduce.sh: cpu_gqa_s0 cpu_mha_s0 failed" in p.stderr.splitlines()[-1]
     p = subprocess.run(cmd, env=env, capture_output=True, text=True)
     assert p.returncode == 0, p.stderr[-3000:]
     assert sorted(os.listdir(tmp_path / "repro")) == [
