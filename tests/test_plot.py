@@ -3,6 +3,7 @@ import os
 import sys
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -555,21 +556,34 @@ def test_a_sweep_in_progress_and_mixed_estimates(tmp_path, capsys):
     assert "lrkv_s1: no score line at step 200" in capsys.readouterr().err
 
 
-def test_the_committed_e1_table_is_what_its_logs_give(tmp_path):
-    # docs/results.md's E1 numbers must come from docs/runs/e1's logs: re-plot them and compare
-    # the committed results.md, then each row of the page's table with the re-plotted one
-    root = os.path.join(os.path.dirname(__file__), "..")
-    assert plot.main([os.path.join(root, "docs", "runs", "e1"), "--out", str(tmp_path)]) == 0
+def same_cells(page, new):
+    """A row of docs/results.md against plot.py's: the same numbers (2.0e−8 is 2e-08) and words; a
+    page's bare 'no' stands for plot.py's 'no (p)' in the equivalence column."""
+    number = r"[-+]?\d+\.?\d*(?:e[-+]?\d+)?"
+    for a, b in zip([c.replace("−", "-") for c in page], new, strict=True):
+        same = ([float(x) for x in re.findall(number, a)] == [float(x) for x in re.findall(number, b)]
+                and re.sub(number, "#", a) == re.sub(number, "#", b))
+        assert same or a == b.split(" (")[0], (a, b)
+
+
+@pytest.mark.parametrize("exp, versus", [("e1", []), ("e2", ["--versus", "docs/runs/e1"])])
+def test_the_committed_tables_are_what_their_logs_give(tmp_path, monkeypatch, exp, versus):
+    # docs/results.md's E1 and E2 numbers must come from their logs: re-plot them and compare the
+    # committed results.md, then each row of the page's tables with the re-plotted ones
+    monkeypatch.chdir(os.path.join(os.path.dirname(__file__), ".."))
+    assert plot.main([f"docs/runs/{exp}", "--out", str(tmp_path)] + versus) == 0
     md = (tmp_path / "results.md").read_text()
-    assert md == open(os.path.join(root, "docs", "runs", "e1", "results.md")).read()
-    page = open(os.path.join(root, "docs", "results.md")).read()
-    page = page.split("## E1.")[1].split("\n## ")[0]
-    norm = lambda c: c.replace("−", "-")
+    assert md == open(f"docs/runs/{exp}/results.md").read()
+    page = open("docs/results.md").read().split(f"## {exp.upper()}.")[1].split("\n## ")[0]
+    inter, page = page.split("**The gaps at") if versus else ("", page)  # E2: the interactions first
     for label, on_page in [("LRKV", "LRKV (r=13)"), ("MLA", "MLA (d_c=32)"), ("GQA", "GQA (2 K/V heads)"),
                            ("MQA", "MQA")]:
-        new, old = cells(md, label), [norm(c) for c in cells(page, on_page)]
-        assert old[2:5] == [f"{new[2]} ± {new[3]}", new[5], new[6]]  # mean ± sd, Δ MHA, 95% CI
-        assert old[-2:] == new[-2:]  # faster, by tokens and by compute, with their intervals
+        new, old = cells(md, label), cells(page, on_page)
+        # mean ± sd, Δ MHA, 95% CI, p, Holm, established, finds, within ±0.008; E1 also faster, twice
+        same_cells(old[2:], [f"{new[2]} ± {new[3]}", *new[5:12]] + (new[12:] if exp == "e1" else []))
+        if versus:  # the interaction's row: Δ there, Δ here, I, its interval, p, Holm, established, finds
+            new = cells(md.split("Against ")[1], label)
+            same_cells(cells(inter, label)[1:], [new[3], new[2], *new[4:]])
 
 
 def test_each_design_at_its_own_rate(tmp_path, capsys):
