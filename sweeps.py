@@ -136,14 +136,14 @@ def lr_sweep(runs):
         if not rates:
             continue
         paper = groups.get((attn, PAPER_MATRIX_LR))
-        own = [{"attn": attn, "label": d.label, "lr": lr, "n": len(seeds), "step": step,
-                **seed_stats(groups[(attn, lr)], paper, step)} for lr in rates]
         # the choice reads validation wherever every run of the design has it
         val = {lr: final_losses(groups[(attn, lr)], step, "val") for lr in rates}
         on = "validation" if seeds and all(len(v) == len(seeds) for v in val.values()) else "test"
-        mean = lambda lr: (sum(val[lr].values()) / len(seeds) if on == "validation" else
-                           next(r["mean"] for r in own if r["lr"] == lr))
-        best = min(rates, key=lambda lr: mean(lr) if mean(lr) is not None else math.inf)
+        own = [{"attn": attn, "label": d.label, "lr": lr, "n": len(seeds), "step": step,
+                "val": sum(val[lr].values()) / len(seeds) if on == "validation" else None,
+                **seed_stats(groups[(attn, lr)], paper, step)} for lr in rates]
+        chosen_by = lambda r: r["val"] if on == "validation" else r["mean"]
+        best = min(own, key=lambda r: math.inf if chosen_by(r) is None else chosen_by(r))["lr"]
         rows += own
         summary.append({"attn": attn, "label": d.label, "best": best, "runs": groups[(attn, best)],
                         "paper_runs": paper, "n": len(seeds), "chosen_on": on,
@@ -192,9 +192,10 @@ def draw_lr(rows, summary):
 
 
 def lr_tables(rows, summary):
-    head = ["design", "matrix_lr", "x paper", "seeds", "test loss", "sd", *gap_head("Δ paper rate")]
+    head = ["design", "matrix_lr", "x paper", "seeds", "validation loss", "test loss", "sd",
+            *gap_head("Δ paper rate")]
     body = [[r["label"], fmt(r["lr"], ".4g"), fmt(r["lr"] / PAPER_MATRIX_LR, ".3g"), str(r["n"]),
-             fmt(r["mean"], ".4f"), fmt(r["sd"], ".4f"), *gap(r)] for r in rows]
+             fmt(r["val"], ".4f"), fmt(r["mean"], ".4f"), fmt(r["sd"], ".4f"), *gap(r)] for r in rows]
     head2 = ["design", "seeds", "at the paper's rate: Δ MHA", "95% CI", "p", "Holm",
              "own best rate (x paper, chosen on)", "at own best: Δ MHA at its best", "95% CI", "p", "Holm"]
     best = lambda s: (f"{fmt(s['best'], '.4g')} (x{fmt(s['best'] / PAPER_MATRIX_LR, '.3g')}, "
@@ -213,7 +214,9 @@ def lr_mode(runs):
     rows, summary = lr_sweep(runs)
     fig, _ = draw_lr(rows, summary)
     notes = [f"final test loss at step {rows[0]['step']}, each design at each Muon rate (matrix_lr; "
-             f"the AdamW rates as the runs set them), over the seeds every design has at every rate", RULE,
+             f"the AdamW rates as the runs set them), over the seeds every design has at every rate; "
+             f"validation loss: its mean over the same seeds, what own best reads ('-' where a run has "
+             f"no validation split)", RULE,
              "Δ paper rate: the design at this rate minus itself at the paper's; own best: the rate of "
              "its lowest mean validation loss (test loss where the logs have no validation split: then "
              "it is chosen on the text and seeds it is compared on, which flatters every design a "

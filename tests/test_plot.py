@@ -469,7 +469,7 @@ def test_lr_sweep_each_design_at_its_own_best_rate(tmp_path, capsys):
     assert s["lrkv"]["own"]["diff"] == pytest.approx(own["diff"]) and s["lrkv"]["own"]["p"] == pytest.approx(own["p"])
     assert s["lrkv"]["paper"]["established"] is True and s["lrkv"]["own"]["established"] is True  # the sign flips
     md = (d / "lr.md").read_text()
-    assert "| LRKV | 0.01 | 0.5 | 3 |" in md and "0.01 (x0.5, test, edge)" in md and "0.02 (x1, test) |" in md
+    assert "| LRKV | 0.01 | 0.5 | 3 | - |" in md and "0.01 (x0.5, test, edge)" in md  # no validation and "0.02 (x1, test) |" in md
     assert s["lrkv"]["edge"] is True and s["mha"]["edge"] is False  # LRKV's best is the lowest rate swept
     # Δ MHA at 0.01, 0.02, 0.04 by seed: -0.12 +0.03 +0.10, -0.11 +0.02 +0.10, -0.12 +0.04 +0.10; with
     # an intercept per seed the slope per doubling is (0.22 + 0.21 + 0.22) / 6
@@ -499,6 +499,9 @@ def test_lr_sweep_chooses_each_rate_on_validation(tmp_path, capsys):
     s = {x["attn"]: x for x in summary}
     assert s["lrkv"]["best"] == 0.02 and s["lrkv"]["chosen_on"] == "validation"
     assert rows[3]["mean"] == pytest.approx(2.70 - 0.5 + 0.005)  # the tables read the score's test loss
+    assert [r["val"] for r in rows[3:]] == pytest.approx([2.955, 2.905, 2.995])  # and print what chose
+    assert "| validation loss | test loss |" in sweeps.lr_tables(rows, summary)
+    assert "| LRKV | 0.01 | 0.5 | 2 | 2.9550 | 2.2050 |" in sweeps.lr_tables(rows, summary)
     # one run without its score line: that design's choice falls back to test, and says so
     write(d / "lrkv_lr0.04_s1", [header("lrkv", "lrkv_lr0.04_s1", seed=1, config=dict(
         header("lrkv", "x")["config"], seed=1, matrix_lr=0.04))] + step_lines("lrkv", [4.0, 3.0, 2.81]))
