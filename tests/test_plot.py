@@ -1,4 +1,5 @@
 """plot.py on synthetic logs whose numbers can be worked out by hand. Fast and offline."""
+import glob
 import os
 import sys
 import json
@@ -587,6 +588,28 @@ def test_the_committed_tables_are_what_their_logs_give(tmp_path, monkeypatch, ex
         if versus:  # the interaction's row: Δ there, Δ here, I, its interval, p, Holm, established, finds
             new = cells(md.split("Against ")[1], label)
             same_cells(cells(inter, label)[1:], [new[3], new[2], *new[4:]])
+
+
+def test_the_committed_sweep_tables_are_what_their_logs_give(tmp_path, monkeypatch):
+    # docs/results.md's E3a: its slopes and its choice of rates must come from the logs; re-plot the
+    # sweep, compare the committed lr.md, then the page's slope rows and its validation table
+    monkeypatch.chdir(os.path.join(os.path.dirname(__file__), ".."))
+    dirs = ["docs/runs/e3a"] + sorted(glob.glob("docs/runs/e1/cpu_*_s[0-2]"))
+    assert plot.main(["--lr", *dirs, "--out", str(tmp_path)]) == 0
+    md = (tmp_path / "lr.md").read_text()
+    assert md == open("docs/runs/e3a/lr.md").read()
+    page = open("docs/results.md").read().split("## E3a.")[1].split("\n## ")[0]
+    slopes, choice = md.split("moves with the rate")[1], page.split("**The choice**")[1]
+    for label in ("LRKV", "MLA", "GQA", "MQA"):  # slope, its interval, p, Holm, established, finds
+        same_cells(cells(page, label)[1:], cells(slopes, label)[2:])
+    for label in ("Standard MHA", "LRKV", "MLA", "GQA", "MQA"):  # mean validation loss at each rate
+        row = cells(choice, label)
+        want = [cells(md, f"{label} | {lr:g}")[4] for lr in (0.01, 0.014, 0.02, 0.028, 0.04)]
+        assert [c.strip("*") for c in row[1:6]] == want
+        bold = next(i for i, c in enumerate(row[1:6]) if c.startswith("**"))
+        best = cells(md.split("own best rate")[1], label)[6]  # e.g. 0.04 (x2, validation, edge)
+        assert best.startswith(f"{[0.01, 0.014, 0.02, 0.028, 0.04][bold]:g} (x") and "validation" in best
+        assert row[6] == re.sub(r"(\S+) \(x(\S+), validation(, edge)?\)", r"×\2 (\1\3)", best)
 
 
 def test_each_design_at_its_own_rate(tmp_path, capsys):
