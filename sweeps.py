@@ -142,8 +142,8 @@ def lr_sweep(runs):
         own = [{"attn": attn, "label": d.label, "lr": lr, "n": len(seeds), "step": step,
                 "val": sum(val[lr].values()) / len(seeds) if on == "validation" else None,
                 **seed_stats(groups[(attn, lr)], paper, step)} for lr in rates]
-        chosen_by = lambda r: r["val"] if on == "validation" else r["mean"]
-        best = min(own, key=lambda r: math.inf if chosen_by(r) is None else chosen_by(r))["lr"]
+        by = "val" if on == "validation" else "mean"
+        best = min(own, key=lambda r: math.inf if r[by] is None else r[by])["lr"]
         rows += own
         summary.append({"attn": attn, "label": d.label, "best": best, "runs": groups[(attn, best)],
                         "paper_runs": paper, "n": len(seeds), "chosen_on": on,

@@ -470,7 +470,8 @@ def test_lr_sweep_each_design_at_its_own_best_rate(tmp_path, capsys):
     assert s["lrkv"]["own"]["diff"] == pytest.approx(own["diff"]) and s["lrkv"]["own"]["p"] == pytest.approx(own["p"])
     assert s["lrkv"]["paper"]["established"] is True and s["lrkv"]["own"]["established"] is True  # the sign flips
     md = (d / "lr.md").read_text()
-    assert "| LRKV | 0.01 | 0.5 | 3 | - |" in md and "0.01 (x0.5, test, edge)" in md  # no validation and "0.02 (x1, test) |" in md
+    assert "| LRKV | 0.01 | 0.5 | 3 | - |" in md  # no validation split, so no validation loss
+    assert "0.01 (x0.5, test, edge)" in md and "0.02 (x1, test) |" in md
     assert s["lrkv"]["edge"] is True and s["mha"]["edge"] is False  # LRKV's best is the lowest rate swept
     # Δ MHA at 0.01, 0.02, 0.04 by seed: -0.12 +0.03 +0.10, -0.11 +0.02 +0.10, -0.12 +0.04 +0.10; with
     # an intercept per seed the slope per doubling is (0.22 + 0.21 + 0.22) / 6
@@ -602,13 +603,13 @@ def test_the_committed_sweep_tables_are_what_their_logs_give(tmp_path, monkeypat
     slopes, choice = md.split("moves with the rate")[1], page.split("**The choice**")[1]
     for label in ("LRKV", "MLA", "GQA", "MQA"):  # slope, its interval, p, Holm, established, finds
         same_cells(cells(page, label)[1:], cells(slopes, label)[2:])
+    rates = (0.01, 0.014, 0.02, 0.028, 0.04)
     for label in ("Standard MHA", "LRKV", "MLA", "GQA", "MQA"):  # mean validation loss at each rate
         row = cells(choice, label)
-        want = [cells(md, f"{label} | {lr:g}")[4] for lr in (0.01, 0.014, 0.02, 0.028, 0.04)]
-        assert [c.strip("*") for c in row[1:6]] == want
+        assert [c.strip("*") for c in row[1:6]] == [cells(md, f"{label} | {lr:g}")[4] for lr in rates]
         bold = next(i for i, c in enumerate(row[1:6]) if c.startswith("**"))
         best = cells(md.split("own best rate")[1], label)[6]  # e.g. 0.04 (x2, validation, edge)
-        assert best.startswith(f"{[0.01, 0.014, 0.02, 0.028, 0.04][bold]:g} (x") and "validation" in best
+        assert best.startswith(f"{rates[bold]:g} (x") and "validation" in best
         assert row[6] == re.sub(r"(\S+) \(x(\S+), validation(, edge)?\)", r"×\2 (\1\3)", best)
 
 
