@@ -583,9 +583,16 @@ def test_the_committed_tables_are_what_their_logs_give(tmp_path, monkeypatch, ex
     page = open("docs/results.md").read().split(f"## {exp}.")[1].split("\n## ")[0]
     versus = "--versus" in args
     inter, page = page.split("**The gaps at") if versus else ("", page)  # E2: the interactions first
-    for label, on_page in [("LRKV", "LRKV (r=13)"), ("MLA", "MLA (d_c=32)"), ("GQA", "GQA (2 K/V heads)"),
-                           ("MQA", "MQA")]:
-        new, old = cells(md, label), cells(page, on_page)
+    on_page = {"Standard MHA": "Standard MHA", "LRKV": "LRKV (r=13)", "MLA": "MLA (d_c=32)",
+               "GQA": "GQA (2 K/V heads)", "MQA": "MQA"}
+    mha = cells(md, "Standard MHA")
+    same_cells(cells(page, "Standard MHA")[2:3], [f"{mha[2]} ± {mha[3]}"])
+    if "--own_rates" in args:  # E3b's rate column: each design's Muon rate over the paper's 0.02
+        for row in md.split("own Muon rate (matrix_lr): ")[1].split("\n")[0].split(", "):
+            label, lr = row.rsplit(" ", 1)
+            assert cells(page, on_page[label])[1] == f"×{float(lr) / 0.02:g}", row
+    for label in ("LRKV", "MLA", "GQA", "MQA"):
+        new, old = cells(md, label), cells(page, on_page[label])
         # mean ± sd, Δ MHA, 95% CI, p, Holm, established, finds, within ±0.008; faster, twice, but E2
         same_cells(old[2:], [f"{new[2]} ± {new[3]}", *new[5:12]] + ([] if versus else new[12:]))
         if versus:  # the interaction's row: Δ there, Δ here, I, its interval, p, Holm, established, finds
