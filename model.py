@@ -124,8 +124,9 @@ class LinearCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, W, y):
-        # x (N, C), W (V, C), y (N,) with -1 ignored -> the mean loss over the other rows
-        keep = y != -1
+        # x (N, C), W (V, C), y (N,) with -100 ignored (F.cross_entropy's default) -> the mean loss over the
+        # other rows: recall.py's targets are -100 wherever a position is not an answer
+        keep = y != -100
         n = keep.sum().clamp(min=1)
         loss, dx, dW = x.new_zeros((), dtype=torch.float32), torch.empty_like(x), torch.zeros_like(W, dtype=torch.float32)
         amp = x.device.type
@@ -229,7 +230,7 @@ class GPT(nn.Module):
         logits = self.lm_head(x[:, -1:] if last else x).float()  # (B, T, V)
         if targets is None:
             return logits, None
-        return logits, F.cross_entropy(logits.flatten(0, 1), targets.reshape(-1), ignore_index=-1)
+        return logits, F.cross_entropy(logits.flatten(0, 1), targets.reshape(-1))
 
     def new_caches(self, max_len=None):
         if (max_len or 0) > self.cfg.block_size:

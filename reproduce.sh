@@ -10,6 +10,8 @@
 #   OUT=out/matched DESIGNS="lrkv mla gqa mqa" bash reproduce.sh --match_params   # at MHA's parameter count
 #   OUT=out/mine bash reproduce.sh     # another folder (runs there are the reproduction's alone)
 #   DESIGNS="mha lrkv" JOBS=1 PYTHON=python bash reproduce.sh   # some designs, one at a time, an existing Python
+#   SWEEP=recall bash reproduce.sh    # MQAR recall (config/mqar.py): designs x WIDTHS x PAIRS x LRS x SEEDS, into out/recall/
+#   WIDTHS="64" PAIRS="8 16" LRS="1 2" SEEDS="0 1 2" SWEEP=recall bash reproduce.sh   # its grid (defaults 64; 16; 1; 0)
 #   DRY=1 SWEEP=pareto bash reproduce.sh   # print the train.py commands, run nothing
 # Extra arguments go to every train.py run, e.g. bash reproduce.sh --max_iters=300 (then use another OUT).
 # Interrupted? Run the same command again: every run continues where it stopped (train.py --resume),
@@ -19,10 +21,11 @@ cd "$(dirname "$0")"
 fail() { echo "error: $1" >&2; exit 2; }  # bad input: one line and status 2, as every script here
 PY=${PYTHON:-.venv/bin/python}
 JOBS=${JOBS:-2}  # runs at once, cores/JOBS threads each (on 2 cores about as fast as one run on both)
-[[ ${SWEEP:-} =~ ^(pareto|lr)?$ ]] || fail "SWEEP=$SWEEP is not a sweep; use SWEEP=pareto, SWEEP=lr, or none"
+[[ ${SWEEP:-} =~ ^(pareto|lr|recall)?$ ]] || fail "SWEEP=$SWEEP is not a sweep; use SWEEP=pareto, lr, recall, or none"
 [[ $JOBS =~ ^[1-9][0-9]*$ ]] || fail "JOBS=$JOBS: give the number of runs at once, e.g. JOBS=2"
 for s in ${SEEDS:-}; do [[ $s =~ ^[0-9]+$ ]] || fail "SEEDS: $s is not a seed; e.g. SEEDS=\"0 1 2\""; done
 for m in ${LRS:-}; do [[ $m =~ ^[0-9]*\.?[0-9]+$ ]] || fail "LRS: $m is not a number; e.g. LRS=\"0.5 2\""; done
+for n in ${WIDTHS:-} ${PAIRS:-}; do [[ $n =~ ^[1-9][0-9]*$ ]] || fail "WIDTHS, PAIRS: $n is not a count; e.g. PAIRS=\"8 16\""; done
 CORES=$(nproc)
 if [ -z "${PYTHON:-}" ] && [ ! -x .venv/bin/python ] && [ -z "${DRY:-}" ]; then
   python3 -m venv .venv
@@ -58,6 +61,23 @@ elif [ "${SWEEP:-}" = lr ]; then
     done | sed "s/$/ --eval_interval=600 --ckpt_interval=100/"
   }
   plot=--lr
+elif [ "${SWEEP:-}" = recall ]; then
+  OUT=${OUT:-out/recall}
+  runs() {  # config/mqar.py at each width (d_model, 4 heads), pair count and Muon rate
+    for s in ${SEEDS:-0}; do
+      for attn in $DESIGNS; do
+        for w in ${WIDTHS:-64}; do
+          for p in ${PAIRS:-16}; do
+            for m in ${LRS:-1}; do
+              echo "${attn}_d${w}_p${p}_lr${m}_s$s config/mqar.py --attn=$attn --n_embd=$w --mqar_pairs=$p" \
+                "--matrix_lr=$(awk -v m="$m" 'BEGIN { print 0.02 * m }')"  # muon.MATRIX_LR
+            done
+          done
+        done
+      done
+    done
+  }
+  plot=--recall
 else
   OUT=${OUT:-out/reproduce}
   runs() {

@@ -28,6 +28,7 @@ import checkpoint as ckpt
 import configurator
 import flops
 import muon
+import recall
 import track
 from common import (autocast, device_memory, device_name, fail, native_bf16, resolve_device,
                     resolve_dtype)
@@ -63,8 +64,11 @@ match_params = False  # size the MLP so the model has standard MHA's parameter c
                       # (flops.match_params)
 # data
 data_dir = "data"  # prepared datasets live in data_dir/<dataset>_<tokenizer>/
-dataset = "shakespeare"  # shakespeare (embedded, prepared on first use), fineweb,
-                         # or your own (prepare.py text)
+dataset = "shakespeare"  # shakespeare (embedded, prepared on first use), fineweb, your own
+                         # (prepare.py text), or mqar: recall examples made from the seed (recall.py)
+mqar_pairs = 16  # mqar: key-value pairs a sequence (its length is block_size, its tokens vocab_size)
+mqar_alpha = 0.01  # mqar: how far queries sit from the pairs, a power law (small: near)
+mqar_examples = 1024  # mqar: the fixed val and test sets; the learning curve reads a quarter
 tokenizer = "byte"  # byte for CPU runs, gpt2 for real ones
 eval_tokens = 65536  # the learning curve's test tokens, spread over the test split; the last
                      # step also scores every token of the val and test splits
@@ -109,7 +113,7 @@ memory_limit_gb = 0.0  # refuse a run whose estimated memory per rank exceeds th
 config_keys = configurator.configure(__file__, globals(), sys.argv[1:], __doc__)
 # counts the run divides by or counts to: below these, a crash or a run that never ends
 for k, least in dict(batch_size=1, total_batch_tokens=1, train_tokens=1, max_iters=0,
-                     eval_interval=1, log_interval=1).items():
+                     eval_interval=1, log_interval=1, mqar_examples=1).items():
     if globals()[k] < least:
         fail(f"--{k}={globals()[k]} must be at least {least}")
 max_iters = max_iters or -(-train_tokens // total_batch_tokens)
@@ -160,13 +164,16 @@ try:
     overrides.setdefault("vocab_size", math.ceil(tok.vocab_size / 64) * 64)
     model_config = model_preset(preset, **overrides)
     flops.accounting(model_config)  # a design flops.py has no formulas for is refused now
+    mqar = dataset == "mqar"
+    if mqar:
+        recall.check(model_config.block_size, mqar_pairs, model_config.vocab_size)
 except ValueError as e:
     fail(str(e))
 if match_params:
     if mlp_hidden is not None:
         fail("--match_params chooses mlp_hidden itself: pass one of the two")
     model_config = flops.match_params(model_config)
-if model_config.vocab_size < tok.vocab_size:
+if model_config.vocab_size < tok.vocab_size and not mqar:
     fail(f"vocab_size={model_config.vocab_size} is smaller than the {tokenizer} tokenizer's "
          f"{tok.vocab_size}")
 T = model_config.block_size
@@ -188,18 +195,24 @@ except ValueError as e:
 if check:
     sys.exit(0)
 
-# data: the embedded corpus prepares itself on first use; anything else must be prepared first
+# data: the embedded corpus prepares itself on first use; anything else must be prepared first;
+# recall's (x, y) sets are made from their seeds, its training batches at each step
 dataset_dir = os.path.join(data_dir, f"{dataset}_{tokenizer}")
 if dataset == "shakespeare" and master:
     prepare(dataset, tokenizer, data_dir)
 if ddp:
     dist.barrier()
 try:
-    train_data, val_data, test_data = (load_split(dataset_dir, s, T + 1) for s in ["train", "val", "test"])
-    held_out = {s: read_meta(dataset_dir)[f"{s}_docs"] for s in ["val", "test"]}
+    if mqar:
+        val_data, test_data = (recall.mqar(mqar_examples, T, mqar_pairs, model_config.vocab_size,
+                                           recall.split_seed(s), mqar_alpha) for s in ["val", "test"])
+        held_out = {s: f"recall.mqar seed {recall.split_seed(s)}" for s in ["val", "test"]}
+    else:
+        train_data, val_data, test_data = (load_split(dataset_dir, s, T + 1) for s in ["train", "val", "test"])
+        held_out = {s: read_meta(dataset_dir)[f"{s}_docs"] for s in ["val", "test"]}
 except (FileNotFoundError, ValueError) as e:
     fail(str(e))
-n_train = sum(map(len, train_data)) if isinstance(train_data, list) else len(train_data)
+n_train = math.inf if mqar else sum(map(len, train_data)) if isinstance(train_data, list) else len(train_data)
 if max_iters * total_batch_tokens > n_train:
     warn(f"{max_iters} steps x {total_batch_tokens} tokens is "
          f"{max_iters * total_batch_tokens / n_train:.1f} times the {n_train:,} training tokens in "
@@ -212,11 +225,26 @@ def get_batch(step):
     """This rank's grad_accum micro-batches of the step's global batch, a function of
     (seed, step)."""
     mine = slice(rank * batch_size * grad_accum, (rank + 1) * batch_size * grad_accum)
-    xy = windows(train_data, seed, step, batch_size * grad_accum * world, T, mine)
-    xy = xy.view(grad_accum, batch_size, T + 1)
+    n = batch_size * grad_accum * world
+    if mqar:  # every rank makes the whole batch and keeps its rows: the same batch on any world size
+        x, y = recall.mqar(n, T, mqar_pairs, model_config.vocab_size,
+                           recall.split_seed("train", seed, step), mqar_alpha)
+        xy = torch.stack([x[mine], y[mine]])  # (2, grad_accum·B, T)
+    else:
+        w = windows(train_data, seed, step, n, T, mine)  # (grad_accum·B, T + 1)
+        xy = torch.stack([w[:, :-1], w[:, 1:]])  # inputs and targets, (2, grad_accum·B, T)
+    xy = xy.view(2, grad_accum, batch_size, T)
     # the copy overlaps the GPU's work
     xy = xy.pin_memory().to(device, non_blocking=True) if cuda else xy
-    return [(xy[i, :, :-1], xy[i, :, 1:]) for i in range(grad_accum)]
+    return list(zip(xy[0], xy[1]))
+
+
+def held_out_score(data, part):
+    """Text: (loss, bits per byte) over part tokens spread over the split (None: every one).
+    Recall: (loss, accuracy) at the answers of the first part examples (None: all)."""
+    if mqar:
+        return recall.score(model, data[0][:part], data[1][:part], batch_size)
+    return evaluate(model, data, T, batch_size, part, token_bytes, device, rank, world)
 
 
 # model init: built on its device, so no rank makes a full copy in host RAM first
@@ -329,6 +357,7 @@ log(f"{run_name}: {model_config.attn}, {flops.params(model_config) / 1e6:.2f}M p
 # -----------------------------------------------------------------------------
 # training loop
 token_bytes = tok.token_bytes()  # for bits per byte
+metric, metric_name = ("acc", "accuracy") if mqar else ("bpb", "bits/byte")
 ckpt_every = eval_interval if ckpt_interval is None else ckpt_interval
 t_start = t_ckpt = time.time()
 step = start
@@ -364,18 +393,19 @@ while True:  # `step` optimiser steps are done
     evaluating = (step % eval_interval == 0 or last) and step > last_logged
     if evaluating:
         with amp:
-            record["test_loss"], record["test_bpb"] = evaluate(
-                model, test_data, T, batch_size, eval_tokens, token_bytes, device, rank, world)
-        log(f"step {step}: test loss {record['test_loss']:.4f}, {record['test_bpb']:.4f} bits/byte")
+            record["test_loss"], record[f"test_{metric}"] = held_out_score(
+                test_data, max(1, mqar_examples // 4) if mqar else eval_tokens)
+        log(f"step {step}: test loss {record['test_loss']:.4f}, {record[f'test_{metric}']:.4f} "
+            f"{metric_name}")
     score = None
     if evaluating and last:  # the run's result: every token of both held-out splits
         score = dict(type="score", step=step)
         for name, data in [("val", val_data), ("test", test_data)]:
             with amp:
-                score[f"{name}_loss"], score[f"{name}_bpb"] = evaluate(
-                    model, data, T, batch_size, None, token_bytes, device, rank, world)
-        log(f"step {step}: every held-out token: val loss {score['val_loss']:.4f}, "
-            f"test loss {score['test_loss']:.4f}")
+                score[f"{name}_loss"], score[f"{name}_{metric}"] = held_out_score(data, None)
+        log(f"step {step}: every held-out {'example' if mqar else 'token'}: val loss "
+            f"{score['val_loss']:.4f}, {score[f'val_{metric}']:.4f} {metric_name}; test loss "
+            f"{score['test_loss']:.4f}, {score[f'test_{metric}']:.4f} {metric_name}")
     if master and (evaluating or step % log_interval == 0) and step > last_logged:
         if score:  # first: a kill before the step line redoes the step, and its score with it
             ckpt.append_log(log_path, score)
