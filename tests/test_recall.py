@@ -1,0 +1,130 @@
+"""recall.py's MQAR examples, the accuracy and loss at their answers, and train.py on them."""
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import recall
+from model import GPT, GPTConfig
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_mqar_examples_are_what_the_contract_says():
+    n, T, N, V = 64, 96, 12, 100
+    x, y = recall.mqar(n, T, N, V, seed=3)
+    assert x.shape == y.shape == (n, T) and x.dtype == y.dtype == torch.int64
+    assert x.min() >= 0 and x.max() < V
+    keys, values = x[:, 0:2 * N:2], x[:, 1:2 * N:2]
+    assert (keys < V // 2).all() and (values >= V // 2).all()
+    for i in range(n):
+        assert len(set(keys[i].tolist())) == N and len(set(values[i].tolist())) == N
+        answers = (y[i] != recall.IGNORE).nonzero().flatten()
+        assert len(answers) == N and (answers >= 2 * N).all()  # every key queried once, after the pairs
+        value_of = dict(zip(keys[i].tolist(), values[i].tolist()))
+        # at an answer the input is the queried key and the target its value
+        assert sorted(x[i, answers].tolist()) == sorted(value_of)
+        assert [value_of[k] for k in x[i, answers].tolist()] == y[i, answers].tolist()
+    again = recall.mqar(n, T, N, V, seed=3)
+    assert torch.equal(x, again[0]) and torch.equal(y, again[1])
+    assert not torch.equal(x, recall.mqar(n, T, N, V, seed=4)[0])
+
+
+def test_alpha_sets_how_far_queries_sit_from_their_pairs():
+    where = lambda a: (recall.mqar(256, 256, 8, 64, 0, alpha=a)[1] != recall.IGNORE).nonzero()[:, 1].float().mean()
+    assert where(0.01) + 20 < where(1.0)  # alpha 1 is uniform over the slots: a mean near the middle
+
+
+@pytest.mark.parametrize("args, word", [((64, 17, 256), "seq_len"), ((64, 8, 15), "vocab_size"),
+                                        ((64, 0, 256), "num_pairs")])
+def test_examples_that_cannot_exist_are_refused(args, word):
+    with pytest.raises(ValueError, match=word):
+        recall.mqar(2, *args, seed=0)
+
+
+def test_splits_never_share_a_seed_or_an_example():
+    seeds = {s: {recall.split_seed(s, seed, step) for seed in range(4) for step in range(300)}
+             for s in ("train", "val", "test")}
+    assert all(len(v) == 1200 for v in seeds.values())
+    assert not (seeds["train"] & seeds["val"]) and not (seeds["train"] & seeds["test"])
+    assert not (seeds["val"] & seeds["test"])
+    # examples: train.py's fixed val and test sets against a run's first 50 training batches
+    rows = lambda split, **k: {tuple(r) for r in recall.mqar(64, 32, 4, 64, recall.split_seed(split, **k))[0].tolist()}
+    val, test = rows("val"), rows("test")
+    train = set().union(*(rows("train", seed=0, step=s) for s in range(50)))
+    assert not (val & test) and not (train & val) and not (train & test)
+
+
+def tiny(attn="mha"):
+    torch.manual_seed(0)
+    cfg = GPTConfig(attn=attn, n_layer=2, n_head=4, n_embd=32, block_size=64, vocab_size=64)
+    return GPT(cfg).eval()
+
+
+def test_score_is_accuracy_and_loss_at_the_answers_by_hand():
+    model = tiny()
+    x, y = recall.mqar(10, 64, 8, 64, seed=1)
+    with torch.no_grad():
+        logits = model(x)[0]  # (10, 64, V)
+    hits = nats = 0.0
+    for i in range(10):
+        for t in range(64):
+            if y[i, t] != recall.IGNORE:
+                hits += float(logits[i, t].argmax() == y[i, t])
+                nats -= logits[i, t].log_softmax(-1)[y[i, t]].item()
+    loss, acc = recall.score(model, x, y, batch_size=3)  # batches that do not divide the set
+    assert acc == pytest.approx(hits / 80, abs=1e-12) and loss == pytest.approx(nats / 80, rel=1e-5)
+    # a head of zeros ties every token, so argmax says token 0, a key, never a value: accuracy 0
+    model.lm_head.weight.data.zero_()
+    assert recall.score(model, x, y) == (pytest.approx(math.log(64)), 0.0)
+
+
+@pytest.mark.parametrize("attn", ["mha", "lrkv", "mla"])
+def test_no_gradient_reaches_a_position_that_is_not_an_answer(attn):
+    model = tiny(attn).train()
+    x, y = recall.mqar(4, 64, 8, 64, seed=2)
+    out = {}
+    def keep(module, args, h):
+        h.retain_grad()
+        out["h"] = h
+    model.h[-1].register_forward_hook(keep)
+    _, loss = model(x, y)
+    loss.backward()
+    g = out["h"].grad.abs().sum(-1)  # (4, 64): how much each position's last hidden state moves the loss
+    answer = y != recall.IGNORE
+    assert (g[~answer] == 0).all() and (g[answer] > 0).all()
+
+
+def run(tmp, *args):
+    cmd = [sys.executable, "train.py", "config/mqar.py", f"--out_dir={tmp}", "--run_name=r", "--n_embd=32",
+           "--block_size=64", "--mqar_pairs=8", "--vocab_size=64", "--batch_size=8", "--total_batch_tokens=512",
+           "--max_iters=6", "--eval_interval=3", "--log_interval=1", "--mqar_examples=40", "--warmup_iters=2", *args]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def test_train_on_mqar_logs_accuracy_and_scores_the_fixed_sets(tmp_path):
+    p = run(tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    lines = [json.loads(s) for s in open(tmp_path / "r" / "log.jsonl")]
+    header, score = lines[0], next(r for r in lines if r["type"] == "score")
+    assert header["config"]["dataset"] == "mqar" and "seed 1" in header["held_out"]["val"]
+    curve = [r for r in lines if r["type"] == "step" and "test_acc" in r]
+    assert [r["step"] for r in curve] == [0, 3, 6] and all(0 <= r["test_acc"] <= 1 for r in curve)
+    # the score: the fixed sets, scored again here from the checkpoint
+    from checkpoint import load_model
+    model, _ = load_model(str(tmp_path / "r" / "ckpt.pt"), "cpu")
+    for split in ("val", "test"):
+        x, y = recall.mqar(40, 64, 8, 64, recall.split_seed(split))
+        loss, acc = recall.score(model, x, y)
+        assert score[f"{split}_acc"] == pytest.approx(acc) and score[f"{split}_loss"] == pytest.approx(loss)
+
+
+def test_mqar_that_does_not_fit_is_one_line(tmp_path):
+    p = run(tmp_path, "--mqar_pairs=17")
+    assert p.returncode == 2 and p.stderr.startswith("error: ") and "seq_len=64" in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1
