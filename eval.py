@@ -7,6 +7,8 @@ What a trained checkpoint does: its held-out loss, its samples, the diversity of
     python eval.py out --heads                              # ... of every run in out/, by design
     python eval.py out/cpu_lrkv_s0/ckpt.pt --tasks=arc_easy,hellaswag --limit=100   # lm-evaluation-harness
     python eval.py out/cpu_lrkv_s0/ckpt.pt --export=out/cpu_lrkv_s0/export   # safetensors + config.json
+    python eval.py out/recall/mha_d64_p16_lr1_s0/ckpt.pt --recall   # MQAR accuracy, pairs x lengths
+    python eval.py out/cpu_lrkv_s0/ckpt.pt --induction      # loss on a repeated random sequence
 
 A checkpoint is a ckpt.pt or, from --fsdp, a ckpt_STEP/ folder (checkpoint.py), or a folder that
 --export wrote (GPT.from_pretrained loads it too). --tasks needs pip install lm_eval (harness.py),
@@ -21,6 +23,9 @@ import os
 
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
+
+import recall
 
 from checkpoint import load_model
 from common import (DESIGNS, ArgumentParser, count, autocast, fail, resolve_device, resolve_dtype,
@@ -144,7 +149,7 @@ def main(argv=None):
     amp = autocast(device, dtype)
     runs = sorted(glob.glob(os.path.join(args.checkpoint, "*", "ckpt.pt")))
     if runs:  # a folder of runs
-        if not args.heads or args.sample is not None or args.tasks or args.export:
+        if not args.heads or args.sample is not None or args.tasks or args.export or args.recall or args.induction:
             fail(f"{args.checkpoint} is a folder of runs: only --heads reads them all; "
                  "name one run's ckpt.pt for the rest")
         return print_heads_of_runs(runs, device)
@@ -163,7 +168,12 @@ def main(argv=None):
         run_tasks(model, tok, amp, args)
     if args.sample is not None:
         print_sample(model, tok, amp, args, device)
-    if args.sample is None and not (args.heads or args.tasks or args.export):  # the default: test loss
+    if args.recall:
+        print_recall(model, meta, args)
+    if args.induction:
+        print_induction(model, tok, args)
+    if args.sample is None and not (args.heads or args.tasks or args.export or args.recall or args.induction):
+        # the default: test loss
         print_test_loss(model, meta, tok, amp, args, device)
 
 
@@ -197,6 +207,11 @@ def arguments(argv):
     p.add_argument("--num_fewshot", type=int, default=None,
                    help="--tasks: examples in each prompt (default: the task's)")
     p.add_argument("--include_path", help="--tasks: a folder of your own task YAML files")
+    p.add_argument("--recall", action="store_true",
+                   help="MQAR accuracy (recall.py) at pair counts around the training's and lengths up to 4x")
+    p.add_argument("--induction", action="store_true",
+                   help="loss on the first and second copy of random token sequences repeated once")
+    p.add_argument("--examples", type=count, default=256, help="--recall, --induction: sequences a cell")
     p.add_argument("--export", metavar="DIR",
                    help="write the weights as DIR/model.safetensors and DIR/config.json")
     return p.parse_args(argv)
@@ -278,6 +293,67 @@ def print_heads_of_runs(paths, device):
         x = torch.tensor(by_design[attn], dtype=torch.float64)  # (runs, 3)
         cell = lambda i, f: f"{x[:, i].mean():{f}}" + (f" ± {x[:, i].std():{f}}" if len(x) > 1 else "")
         print(f"| {attn} | {len(x)} | {cell(0, '.1f')} | {cell(1, '.1f')} | {cell(2, '.3f')} |")
+
+
+def longer(model, T):
+    """The model with a context of T tokens (its RoPE tables made for T; the weights shared)."""
+    if T <= model.cfg.block_size:
+        return model
+    from dataclasses import replace
+    from model import GPT
+    with torch.device(model.lm_head.weight.device):
+        out = GPT(replace(model.cfg, block_size=T))
+    out.load_state_dict(model.state_dict())  # cos and sin are not in it: they stay T long
+    return out.to(model.lm_head.weight.dtype).eval()
+
+
+def print_recall(model, meta, args):
+    """MQAR test accuracy at the answers over pair counts N/2, N, 2N, 4N (N: the training's, 16 for
+    a text model) and lengths T, 2T, 4T (T: its context), on the test split's examples."""
+    tc, T, V = meta["train_config"], model.cfg.block_size, model.cfg.vocab_size
+    N, alpha = tc.get("mqar_pairs", 16), tc.get("mqar_alpha", 0.01)
+    lengths, counts = [T, 2 * T, 4 * T], sorted({max(1, N // 2), N, 2 * N, 4 * N})
+    print(f"MQAR test accuracy of {args.checkpoint} ({model.cfg.attn}; trained on "
+          f"{N if tc.get('dataset') == 'mqar' else 'no'} pairs at length {T}), {args.examples} sequences a cell, "
+          f"'-' where the pairs do not fit (length >= 4 pairs, 2 pairs <= vocab_size {V} / 2):")
+    print("| pairs | " + " | ".join(f"length {L}" for L in lengths) + " |")
+    print("|---:|" + "---:|" * len(lengths))
+    for n in counts:
+        cells = []
+        for L in lengths:
+            try:
+                x, y = recall.mqar(args.examples, L, n, V, recall.split_seed("test"), alpha)
+            except ValueError:
+                cells.append("-")
+                continue
+            cells.append(f"{recall.score(longer(model, L), x, y, args.batch_size)[1]:.3f}")
+        print(f"| {n} | " + " | ".join(cells) + " |")
+
+
+@torch.no_grad()
+def induction(model, eot, n=64, length=100, seed=0, batch_size=8):
+    """Mean loss (nats) predicting the first and the second copy of n random sequences of length
+    tokens (ids below eot) repeated once, each from an empty context. The first token of each copy
+    is left out: nothing before it says what it is."""
+    g = torch.Generator().manual_seed(seed)
+    r = torch.randint(0, eot, (n, length), generator=g)
+    x = torch.cat([r, r], dim=1).to(model.lm_head.weight.device)  # (n, 2·length)
+    first = second = 0.0
+    model.eval()
+    for i in range(0, n, batch_size):
+        logits, _ = model(x[i:i + batch_size, :-1])  # (b, 2·length - 1, V)
+        nats = F.cross_entropy(logits.transpose(1, 2).float(), x[i:i + batch_size, 1:], reduction="none")
+        first += nats[:, :length - 1].sum().item()  # targets 1 .. length-1
+        second += nats[:, length:].sum().item()  # targets length+1 .. 2·length-1
+    return first / (n * (length - 1)), second / (n * (length - 1))
+
+
+def print_induction(model, tok, args):
+    length = min(100, model.cfg.block_size // 2)
+    first, second = induction(model, min(tok.eot, model.cfg.vocab_size), args.examples, length, args.seed, args.batch_size)
+    print(f"induction, {args.checkpoint} ({model.cfg.attn}): {args.examples} random sequences of {length} "
+          f"tokens, repeated once: first copy {first:.4f} nats, second copy {second:.4f}, "
+          f"drop {first - second:.4f}")
 
 
 def print_test_loss(model, meta, tok, amp, args, device):

@@ -12,12 +12,13 @@ runs must be one experiment (the same shape, data, steps, batch and optimiser; p
 settings): it names any run that is not and stops, rather than average it in as a seed. It prints
 the tables as Markdown and writes them, and the figure, into the folder of the first DIR:
 results.md and figure_tokens.png/.pdf (figure_flops with --x=flops; pareto.md and figure_pareto
-with --pareto; lr.md and figure_lr with --lr).
+with --pareto; lr.md and figure_lr with --lr; recall.md and figure_recall with --recall).
 
 python plot.py out/reproduce                     # what reproduce.sh draws
 python plot.py out/reproduce --x=flops --seeds   # against compute, with every seed's own curve
 python plot.py out/pareto --pareto               # what SWEEP=pareto bash reproduce.sh draws
 python plot.py out/lr --lr                       # what SWEEP=lr bash reproduce.sh draws
+python plot.py out/recall --recall               # what SWEEP=recall bash reproduce.sh draws (MQAR)
 python plot.py out/matched out/reproduce/cpu_mha_s*   # parameter-matched designs, the figure's MHA
 """
 import os
@@ -35,12 +36,13 @@ import matplotlib.pyplot as plt
 
 from common import DESIGNS, design_keys, fail, warn
 from stats import RULE, family, final_losses, fmt, gap, gap_head, render, seed_stats, welch
-from sweeps import cache, lr_mode, pareto_mode
+from sweeps import cache, lr_mode, pareto_mode, recall_mode
 
 # one experiment: these match across all runs (and each design's own settings across its seeds)
 SHAPE_KEYS = ["n_layer", "n_head", "n_embd", "block_size", "vocab_size", "attn_scale", "dataset",
               "tokenizer", "held_out", "max_iters", "total_batch_tokens", "optimizer", "matrix_lr",
-              "embed_lr", "head_lr", "weight_decay", "warmup_iters", "min_lr_frac"]
+              "embed_lr", "head_lr", "weight_decay", "warmup_iters", "min_lr_frac", "mqar_alpha",
+              "mqar_examples"]
 TOKEN_UNITS = [(1e9, "Billions"), (1e6, "Millions"), (1e3, "Thousands")]
 FLOP_UNITS = [(1e18, "ExaFLOPs"), (1e15, "PetaFLOPs"), (1e12, "TeraFLOPs"), (1e9, "GigaFLOPs")]
 AXIS_NAMES = {"tokens": "Training Tokens ({})", "flops": "Training Compute ({})"}
@@ -133,10 +135,11 @@ def load_run(path):
     col = lambda key, dtype=float: np.array([s.get(key, math.nan) for s in evals], dtype=dtype)
     return {"path": path, "name": header.get("run") or os.path.basename(os.path.dirname(path)),
             "attn": attn, "header": header, "config": config, "step": col("step", np.int64),
-            "tokens": col("tokens"), "flops": col("flops"), "loss": col("test_loss"), "score": score}
+            "tokens": col("tokens"), "flops": col("flops"), "loss": col("test_loss"), "acc": col("test_acc"),
+            "score": score}
 
 
-def odd_runs(runs, sweep=False, lr=False, own_rates=False):
+def odd_runs(runs, sweep=False, lr=False, own_rates=False, free=()):
     """'name (how it differs)' for every run outside the experiment that most runs are: another
     shape, data, length, batch or optimiser setting than the largest group (but the Muon rate in a
     learning-rate sweep, or with each design at its own rate), or (unless a sweep of settings) other
@@ -152,7 +155,8 @@ def odd_runs(runs, sweep=False, lr=False, own_rates=False):
                 how = [f"{k}={v} not {c}" for k, v, c in zip(keys, key(r), common) if v != c]
                 yield f"{r['name']} ({', '.join(how)})"
 
-    why = list(split(runs, [k for k in SHAPE_KEYS if not ((lr or own_rates) and k == "matrix_lr")]))
+    free = {*free, *(["matrix_lr"] if lr or own_rates else [])}  # what the experiment varies
+    why = list(split(runs, [k for k in SHAPE_KEYS if k not in free]))
     for attn in DESIGNS if not sweep else []:
         group = [r for r in runs if r["attn"] == attn and id(r) not in odd]
         keys = design_keys(attn) + (("matrix_lr",) if own_rates else ())
@@ -420,9 +424,10 @@ def write(out, fig, table, notes, names):
 def one_experiment(dirs, args):
     """The runs under dirs, refused (exit 2) unless they are one experiment."""
     runs = load_runs(dirs)
-    odd = odd_runs(runs, sweep=args.pareto, lr=args.lr, own_rates=args.own_rates)
+    odd = odd_runs(runs, sweep=args.pareto or args.recall, lr=args.lr or args.recall, own_rates=args.own_rates,
+                   free=("n_embd",) if args.recall else ())
     if odd:
-        hint = ("" if args.pareto or args.lr or args.own_rates else
+        hint = ("" if args.pareto or args.lr or args.own_rates or args.recall else
                 "; a sweep? add --pareto or --lr; each design at its own Muon rate? --own_rates")
         fail(f"not one experiment, so not averaged: {'; '.join(odd)}; move these runs to a folder of "
              f"their own and plot each folder{hint}")
@@ -442,6 +447,8 @@ def main(argv=None):
                         help="a sweep: final loss against KV-cache size per setting")
     sweeps.add_argument("--lr", action="store_true",
                         help="a learning-rate sweep: final loss against the Muon rate")
+    sweeps.add_argument("--recall", action="store_true",
+                        help="MQAR runs: accuracy by design, width and pairs, against KV-cache size")
     sweeps.add_argument("--own_rates", action="store_true",
                         help="the figure with each design at its own Muon rate (one rate a design)")
     p.add_argument("--versus", metavar="DIR", action="append",
@@ -450,14 +457,19 @@ def main(argv=None):
     p.error = fail  # bad arguments too: one line, exit status 2
     args = p.parse_args(argv)
 
-    if args.versus and (args.pareto or args.lr):
-        fail("--versus compares two figures' gaps; it does not go with --pareto or --lr")
+    if args.versus and (args.pareto or args.lr or args.recall):
+        fail("--versus compares two figures' gaps; it does not go with --pareto, --lr or --recall")
     runs = one_experiment(args.dirs, args)
     other = one_experiment(args.versus, args) if args.versus else None
     if args.pareto:
         fig, table, notes, names = pareto_mode(runs)
     elif args.lr:
         fig, table, notes, names = lr_mode(runs)
+    elif args.recall:
+        try:
+            fig, table, notes, names = recall_mode(runs)
+        except ValueError as e:
+            fail(str(e))
     else:
         fig, table, notes, names = figure_mode(runs, x=args.x, seeds=args.seeds, xmin=args.xmin)
         if args.own_rates:
