@@ -3,7 +3,7 @@ What each design costs at a shape, measured side by side in one run, with random
 decide neither speed nor memory):
 
     python bench.py [train]     training steps/s of the five designs and a nanoGPT-style reference
-    python bench.py decode      decode tokens/s per context, eager and compiled (GPT.decoder)
+    python bench.py decode      decode tokens/s per context, eager and compiled (generate.decoder)
     python bench.py kv          KV-cache bytes after a prefill, against flops.py's formula
     torchrun --standalone --nproc_per_node=2 bench.py muon   the optimisers' share of a DDP step,
                                 Muon alone on every rank and shared (DistMuon), and from FLOPs on 8 GPUs
@@ -29,6 +29,7 @@ import torch.nn.functional as F
 import flops
 from common import (DESIGNS, ArgumentParser, autocast, count, device_name, fail, native_bf16, resolve_device,
                     resolve_dtype, setting, torch_dtype)
+from generate import decoder
 from model import GPT, LinearCrossEntropy, PRESETS, preset
 from muon import EMBED_LR, DistMuon, Muon, newton_schulz_dtype, ns_flops, optimizers
 
@@ -220,7 +221,7 @@ def kv_table(cfg, T, batch=1, dtype=torch.float32, device="cpu"):
     return rows
 
 
-DECODERS = {"eager": False, "compiled": True, "graphs": "reduce-overhead"}  # mode -> GPT.decoder's argument
+DECODERS = {"eager": False, "compiled": True, "graphs": "reduce-overhead"}  # mode -> generate.decoder's argument
 
 
 @torch.no_grad()
@@ -230,7 +231,7 @@ def decode_bench(cfg, contexts, steps=30, device="cpu", dtype=torch.float32, bat
     prefill of N-1, so it attends over N positions; every step writes that token into the same
     slot, so every timed step sees exactly N. Each repetition runs every design and mode once, in
     a rotating order; the median step is reported. modes: "eager", "compiled" and/or "graphs"
-    (GPT.decoder: compiled, and "reduce-overhead", a CUDA graph; the warm-up steps pay for compiling).
+    (generate.decoder: compiled, and "reduce-overhead", a CUDA graph; the warm-up steps pay for compiling).
     Returns {(design, N, mode): dict(ms=per step, tok_s=batch tokens a second, vs_mha=tok/s over
     MHA's in that mode, mflop=forward FLOPs per token, bytes=what a step must read (cache and
     weights, flops.decode_bytes), gbs=those bytes over the step's time[, ms_no_cache=])}."""
@@ -255,8 +256,8 @@ def decode_bench(cfg, contexts, steps=30, device="cpu", dtype=torch.float32, bat
             t_step, t_full = {k: [] for k in names}, {k: [] for k in names}
             for i in range(warmup + steps):
                 for a, mode in names[i % len(names):] + names[:i % len(names)]:
-                    decoder = models[a].decoder(DECODERS[mode])
-                    dt = timed(lambda: decoder(tok, caches=caches[a], pos=pos))  # the same slot every step
+                    step = decoder(models[a], DECODERS[mode])
+                    dt = timed(lambda: step(tok, caches=caches[a], pos=pos))  # the same slot every step
                     dt_full = timed(lambda: models[a](idx)) if no_cache else 0.0  # a token without a cache
                     if i >= warmup:
                         t_step[a, mode].append(dt)

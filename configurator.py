@@ -7,26 +7,37 @@ comment beside it, read from that block, so the two can never disagree.
     python train.py config/128m.py --attn=lrkv --batch_size=4
 """
 import ast
-import re
+import io
 import sys
+import tokenize
 
 from common import fail
 
 
 def fields(path):
-    """{name: comment} of the defaults block of the script at path, in order."""
-    src = open(path, encoding="utf-8").read().splitlines()
-    a, b = [i for i, line in enumerate(src) if line.startswith("# ----")][:2]
-    out = {}
-    for line in src[a + 1:b]:
-        if line.startswith("#"):  # a section heading
-            continue
-        code, _, comment = line.partition("  # ")
-        if code.strip():
-            names = re.findall(r"(\w+)\s*=(?!=)", code)  # `a = b = None` names a and b
-            out |= dict.fromkeys(names, comment.strip())
-        else:  # a comment carried on to the next line, aligned under its start
-            out |= {name: f"{out[name]} {comment.strip()}" for name in names}
+    """{name: comment} of the defaults block of the script at path, in order: the names its
+    assignments bind (read by ast, so spacing and line breaks do not matter), each with the
+    comments on its statement's lines and on the comment lines under it. A comment line that
+    starts at column 0 is a section heading and belongs to no field."""
+    src = open(path, encoding="utf-8").read()
+    a, b = [i + 1 for i, line in enumerate(src.splitlines()) if line.startswith("# ----")][:2]
+    bound = {}  # line number -> the names its statement binds
+    for node in ast.parse(src).body:
+        if a < node.lineno < b and isinstance(node, ast.Assign):
+            names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+            bound |= dict.fromkeys(range(node.lineno, node.end_lineno + 1), names)
+    comments = {t.start[0]: (t.start[1], t.string.lstrip("#").strip())
+                for t in tokenize.generate_tokens(io.StringIO(src).readline) if t.type == tokenize.COMMENT}
+    out, names = {}, []
+    for line in range(a + 1, b):
+        if line in bound:
+            if bound[line] is not names:  # a new statement
+                names = bound[line]
+                out |= dict.fromkeys(names, "")
+        elif comments.get(line, (1,))[0] == 0:
+            names = []  # a heading
+        if line in comments:
+            out |= {n: f"{out[n]} {comments[line][1]}".strip() for n in names}
     return out
 
 

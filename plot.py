@@ -19,6 +19,7 @@ python plot.py out/reproduce --x=flops --seeds   # against compute, with every s
 python plot.py out/pareto --pareto               # what SWEEP=pareto bash reproduce.sh draws
 python plot.py out/lr --lr                       # what SWEEP=lr bash reproduce.sh draws
 python plot.py out/recall --recall               # what SWEEP=recall bash reproduce.sh draws (MQAR)
+python plot.py --verdict                         # every experiment's answer in one table (docs/runs)
 python plot.py out/matched out/reproduce/cpu_mha_s*   # parameter-matched designs, the figure's MHA
 """
 import os
@@ -451,12 +452,19 @@ def main(argv=None):
                         help="MQAR runs: accuracy by design, width and pairs, against KV-cache size")
     sweeps.add_argument("--own_rates", action="store_true",
                         help="the figure with each design at its own Muon rate (one rate a design)")
+    p.add_argument("--verdict", action="store_true",
+                   help="the one-screen table of every experiment in docs/runs (E1-E4), printed")
     p.add_argument("--versus", metavar="DIR", action="append",
                    help="another experiment of the same designs (another context, say): how each "
                         "design's gap to MHA differs between the two; repeat it for more folders")
     p.error = fail  # bad arguments too: one line, exit status 2
     args = p.parse_args(argv)
 
+    if args.verdict:
+        from verdict import verdict  # it builds on this file's functions
+        table, note = verdict()
+        print(table + "\n\n" + note)
+        return 0
     if args.versus and (args.pareto or args.lr or args.recall):
         fail("--versus compares two figures' gaps; it does not go with --pareto, --lr or --recall")
     runs = one_experiment(args.dirs, args)

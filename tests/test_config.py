@@ -16,7 +16,7 @@ def test_config_preset_is_runnable_as_documented(path):
     text = open(path).read()
     cfg = runpy.run_path(path)
     assert cfg["preset"] in PRESETS
-    T = preset(cfg["preset"]).block_size
+    T = cfg.get("block_size") or preset(cfg["preset"]).block_size  # mqar.py sets its own
     m = re.search(r"--nproc_per_node=(\d+)", text)
     world = int(m.group(1)) if m else 1
     assert cfg["total_batch_tokens"] % (cfg["batch_size"] * T * world) == 0, (path, world)
@@ -43,3 +43,17 @@ def test_auto_dtype_is_fp16_where_bf16_is_only_emulated(monkeypatch, native, cap
     assert common.resolve_dtype("auto", "cuda:0") == want and common.resolve_dtype("auto", "cpu") == "fp32"
     ns = muon.newton_schulz_dtype("auto", common.native_bf16("cuda:0"))
     assert ns == (torch.bfloat16 if want == "bf16" else torch.float32)
+
+
+def test_help_fields_do_not_depend_on_comment_layout(tmp_path):
+    # the old reader split lines at "  # " and took any line without code for a carried comment:
+    # a string holding "  # ", a one-space comment, a blank line and an unaligned carried comment
+    # each gave a wrong name or meaning
+    import configurator
+    script = tmp_path / "s.py"
+    script.write_text('# ----\n# a heading\nname = "a  # b"  # the name\nx = y = 1 # two names\n\n'
+                      'long = 2  # starts here\n    # and goes on\nwide = dict(a=1,\n            b=2)  # spans lines\n'
+                      '# another heading\nlast = 0\n# ----\nafter = 1  # not a field\n')
+    assert configurator.fields(str(script)) == {"name": "the name", "x": "two names", "y": "two names",
+                                                 "long": "starts here and goes on", "wide": "spans lines",
+                                                 "last": ""}

@@ -7,6 +7,7 @@ import torch
 
 import eval as ev
 from common import DESIGNS
+from generate import decoder
 from model import GPT
 from test_model import randomized, tiny
 from test_train import exits_in_one_line
@@ -41,7 +42,7 @@ def test_compiled_decode_is_one_graph_equal_to_eager(attn, kw):
     caches = [model.new_caches(12), model.new_caches(12)]
     steps = []
     with torch.no_grad():  # as generate runs it (with gradients, torch 2.11's inductor refused MQA's step)
-        for run, c in zip((model.decoder(True), model), caches):
+        for run, c in zip((decoder(model, True), model), caches):
             model(idx, caches=c)
             steps.append(run(idx[:, 2:3].contiguous(), caches=c, pos=torch.tensor([5]))[0])
     torch.testing.assert_close(steps[0], steps[1], rtol=1e-4, atol=1e-4)
@@ -344,9 +345,9 @@ def eager_backends(monkeypatch):
 def test_past_dynamos_recompile_limit_models_decode_eagerly_with_one_warning(monkeypatch, capsys):
     # every model's compiled decode step is an entry of one function, GPT.forward; fullgraph made
     # dynamo's limit (here 1) a FailOnRecompileLimitHit: now the models past it decode eagerly
-    import model as model_module
+    import generate
     eager_backends(monkeypatch)
-    monkeypatch.setattr(model_module, "LIMIT_WARNED", [])
+    monkeypatch.setattr(generate, "LIMIT_WARNED", [])
     with torch._dynamo.config.patch(recompile_limit=1):
         for n_embd in (32, 64, 48):
             m = randomized(tiny("gqa", n_layer=1, n_embd=n_embd))
@@ -377,7 +378,7 @@ def test_a_compiled_decode_step_of_a_checkpoint_casts_no_weight():
     caches = model.new_caches(16)
     with torch.no_grad(), amp:
         model(idx, caches=caches)
-        step = model.decoder(True)
+        step = decoder(model, True)
         _, code = run_and_get_code(lambda: step(idx[:, :1].contiguous(), caches=caches, pos=torch.tensor([8])))
     allocated = re.findall(r"empty_strided_cpu\(\(([\d, ]+)\)", "\n".join(code))
     weights = {tuple(p.shape) for p in model.parameters() if p.dim() == 2}

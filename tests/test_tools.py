@@ -76,7 +76,7 @@ def requests(*args):
 def own_loss(model, ids, n):
     # the model's own summed cross-entropy of the last n of ids given the ones before
     idx = torch.tensor([ids[:-1]])
-    targets = torch.tensor([[-1] * (len(ids) - 1 - n) + ids[-n:]])
+    targets = torch.tensor([[-100] * (len(ids) - 1 - n) + ids[-n:]])
     with torch.no_grad():
         return model(idx, targets)[1].item() * n
 

@@ -1,0 +1,100 @@
+"""
+The verdict at a glance: one row per design, one column per experiment of docs/plan.md, each cell
+re-computed from that experiment's committed logs and marked by its own table's Holm correction.
+
+    python plot.py --verdict          # prints the table (README's Results holds it)
+
+Each column is the family its experiment's plan fixed, so Holm runs within a column, never across
+them. Never imports torch, as plot.py.
+"""
+import glob
+import os
+
+import numpy as np
+
+from common import DESIGNS
+from plot import deltas, load_runs, summarize
+from stats import family, final_losses, holm, paired_t, render, welch
+from sweeps import lr_sweep, recall_cells, recall_rows
+
+RUNS = "docs/runs"
+
+
+def paired(runs, split):
+    """Each design's paired Δ MHA in final loss on split, its family corrected: {attn: paired_t}."""
+    step = max(r["step"][-1] for r in runs if len(r["step"]))
+    base = final_losses([r for r in runs if r["attn"] == "mha"], step, split)
+    out = {}
+    for attn in DESIGNS:
+        own = final_losses([r for r in runs if r["attn"] == attn], step, split)
+        if attn != "mha" and own:
+            out[attn] = paired_t([own[k] - base[k] for k in sorted(own) if k in base])
+    family(list(out.values()))
+    return out
+
+
+def interaction(runs, other):
+    """E2: Δ MHA at 1,024 minus Δ MHA at 256 per design, Welch's t, one family."""
+    here, away = deltas(runs), deltas(other)
+    out = {a: welch(here[a], away[a]) for a in here if a in away}
+    family(list(out.values()))
+    return out
+
+
+def cell(r, margin=True):
+    """'+0.0073 [+0.0031, +0.0115] established': the estimate, its 95% interval and its mark."""
+    if not r or r.get("lo") is None:
+        return "-"
+    tost = r.get("tost")
+    mark = ("established" if r["established"] else
+            "equivalent" if margin and tost is not None and tost < 0.05 else "not shown")
+    return f"{r['diff']:+.4f} [{r['lo']:+.4f}, {r['hi']:+.4f}] {mark}"
+
+
+def recall_column(path):
+    """E4, once its logs exist: per design, the mean over cells of its paired Δ MHA in test accuracy
+    and how many of its cells are established behind or ahead (Holm over the grid)."""
+    if not glob.glob(os.path.join(path, "*", "log.jsonl")):
+        return {}
+    rows = [r for r in recall_rows(recall_cells(load_runs([path]))) if r["attn"] != "mha"]
+    out = {}
+    for attn in DESIGNS:
+        mine = [r for r in rows if r["attn"] == attn and r.get("diff") is not None]
+        if mine:
+            behind = sum(r["established"] and r["diff"] < 0 for r in mine)
+            ahead = sum(r["established"] and r["diff"] > 0 for r in mine)
+            out[attn] = (f"{np.mean([r['diff'] for r in mine]):+.3f} mean over {len(mine)} cells; "
+                         f"behind in {behind}, ahead in {ahead} (established)")
+    return out
+
+
+def verdict(root=RUNS):
+    """The table as Markdown, and the note under it."""
+    e1 = load_runs([os.path.join(root, "e1")])
+    cache = {r["attn"]: r["kv_pct"] for r in summarize(e1)}
+    test, val = paired(e1, "test"), paired(e1, "val")
+    own = paired(load_runs([os.path.join(root, "e3b")]), "test")
+    ctx = interaction(load_runs([os.path.join(root, "e2")]), e1)
+    sweep = load_runs([os.path.join(root, "e3a")] + sorted(glob.glob(os.path.join(root, "e1", "cpu_*_s[0-2]"))))
+    _, summary = lr_sweep(sweep)
+    rate = {s["attn"]: s["rate"] for s in summary}
+    recall = recall_column(os.path.join(root, "e4"))
+    head = ["design", "KV cache, % of MHA", "E1: Δ MHA, paper's rate", "E1 on the validation plays",
+            "E3b: Δ MHA, own rate", "E2: change at context 1,024", "E3a: Δ MHA per doubling of the rate",
+            "E4: recall, Δ MHA accuracy"]
+    body = [[DESIGNS[a].label, f"{100 * cache[a]:.0f}%", cell(test.get(a)), cell(val.get(a)), cell(own.get(a)),
+             cell(ctx.get(a), margin=False), cell(rate.get(a), margin=False), recall.get(a, "pending")]
+            for a in DESIGNS if a != "mha"]
+    columns = {"E1": test, "E1 validation": val, "E3b": own, "E2": ctx, "E3a": rate}
+    tests = [(f"{name} {DESIGNS[a].label}", r) for name, col in columns.items() for a, r in col.items()
+             if r and r.get("p") is not None]
+    across = holm([r["p"] for _, r in tests])
+    drop = [f"{name} (Holm p {p:.2g})" for (name, r), p in zip(tests, across) if r["established"] and p >= 0.05]
+    note = ("Δ: design minus MHA in final loss (nats per byte), mean over 12 seeds (E3a: 3), 95% interval; "
+            "E2 and E3a give how Δ moves. Each column is one Holm family of its own (the plan's); "
+            "established: Holm's p < 0.05; equivalent: two one-sided tests within ±0.008 nats; not shown: "
+            "neither. E1 and E3b score the test plays, E1's validation column the same models on the "
+            "validation plays. "
+            f"Corrected as one family of all {len(tests)} tests instead, {len(drop)} established marks would "
+            f"drop: {', '.join(drop) or 'none'}.")
+    return render(head, body), note
