@@ -120,6 +120,8 @@ class GroupedQueryAttention(nn.Module):
     """MHA (n_kv_head = H), GQA (a divisor of H) and MQA (1). Eq. 1 of the paper:
     O_h = softmax(Q_h K_g(h)ᵀ / √d_h) V_g(h), the query heads of group g sharing one K/V head."""
 
+    rope = "head_dim"  # the GPTConfig field of the width RoPE rotates (GPT builds its tables so wide)
+
     def __init__(self, cfg):
         super().__init__()
         self.H, self.Hkv, self.d_h = cfg.n_head, cfg.kv_heads, cfg.head_dim
@@ -156,6 +158,8 @@ class MLA(nn.Module):
     Training and prefill build full K and V (naive, fused causal attention). The cache holds only
     c_kv and k_pe (d_c + d_r per token); decoding absorbs W_uk into the query and W_uv after
     attention, so it never builds K or V."""
+
+    rope = "mla_rope_dim"  # only the decoupled d_r-wide part rotates
 
     def __init__(self, cfg):
         super().__init__()
@@ -233,6 +237,7 @@ class LRKV(nn.Module):
     block-diagonal maps (head h's latent to head h's residual only): Muon treats them per head."""
 
     per_head = ("B_k", "B_v")  # stacks of H per-head matrices: Muon orthogonalises each alone (muon.py)
+    rope = "head_dim"
 
     def __init__(self, cfg):
         super().__init__()

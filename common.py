@@ -16,20 +16,31 @@ class Design(NamedTuple):
     cls: str  # its class in attention.py
     settings: tuple  # its own GPTConfig fields: runs that differ in one are two settings, never two seeds
     show: Callable  # its setting as tables show it, from a config dict
+    budget: tuple  # the cache-budget sweep (reproduce.sh SWEEP=pareto): values of its first setting;
+                   # () the design as it is, None not swept
 
 
 # What the repository knows about each design, one row each, in the paper's Figure 4 legend order.
 # The rest of the code reads it from here: --attn's choices, the model's class, the tables' labels,
-# the figure's lines, which runs are seeds of one setting; flops.py has the formulas of each class.
+# the figure's lines, which runs are seeds of one setting, the cache-budget sweep's settings;
+# flops.py has the formulas of each class.
 DESIGNS = {
-    "mha": Design("Standard MHA", "tab:blue", "-", "GroupedQueryAttention", (), lambda c: f"kv={c['n_head']}"),
+    "mha": Design("Standard MHA", "tab:blue", "-", "GroupedQueryAttention", (), lambda c: f"kv={c['n_head']}", ()),
     "lrkv": Design("LRKV", "tab:red", "-", "LRKV", ("lrkv_rank", "lrkv_factored"),
-                   lambda c: f"r={c['lrkv_rank']}" + (" factored" if c.get("lrkv_factored") else "")),
+                   lambda c: f"r={c['lrkv_rank']}" + (" factored" if c.get("lrkv_factored") else ""),
+                   (2, 4, 7, 8, 13, 20)),  # 7: E5's, a cache just under GQA kv=2's
     "mla": Design("MLA", "tab:purple", ":", "MLA", ("mla_kv_rank", "mla_rope_dim", "mla_q_rank", "mla_deepseek"),
-                  lambda c: f"d_c={c['mla_kv_rank']}" + (" DeepSeek" if c.get("mla_deepseek") else "")),
-    "gqa": Design("GQA", "tab:orange", "--", "GroupedQueryAttention", ("n_kv_head",), lambda c: f"kv={c['n_kv_head']}"),
-    "mqa": Design("MQA", "tab:green", "-", "GroupedQueryAttention", (), lambda c: "kv=1"),
+                  lambda c: f"d_c={c['mla_kv_rank']}" + (" DeepSeek" if c.get("mla_deepseek") else ""), (32, 64, 128)),
+    "gqa": Design("GQA", "tab:orange", "--", "GroupedQueryAttention", ("n_kv_head",), lambda c: f"kv={c['n_kv_head']}",
+                  (1, 2)),
+    "mqa": Design("MQA", "tab:green", "-", "GroupedQueryAttention", (), lambda c: "kv=1", None),  # = GQA kv=1
 }
+
+
+def budget_runs():
+    """The cache-budget sweep's settings, 'name flags' lines for reproduce.sh: mha, lrkv2, ..."""
+    return "\n".join(f"{attn}{v} --attn={attn}" + (f" --{d.settings[0]}={v}" if v != "" else "")
+                     for attn, d in DESIGNS.items() if d.budget is not None for v in d.budget or [""])
 
 
 def fail(msg):

@@ -12,7 +12,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import attention
-from attention import LRKV, KVCache, norm
+from attention import KVCache, norm
 from common import DESIGNS
 
 
@@ -179,8 +179,8 @@ class GPT(nn.Module):
         self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)
         self.h = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
-        # RoPE tables for every position; MLA rotates only its d_r-wide decoupled part
-        d = cfg.mla_rope_dim if cfg.attn == "mla" else cfg.head_dim
+        # RoPE tables for every position, as wide as the design's class says it rotates (MLA: d_r)
+        d = getattr(cfg, getattr(attention, DESIGNS[cfg.attn].cls).rope)
         inv_freq = cfg.rope_base ** -(torch.arange(0, d, 2, dtype=torch.float32) / d)
         angles = torch.outer(torch.arange(cfg.block_size, dtype=torch.float32), inv_freq)  # (T, d/2)
         self.register_buffer("cos", angles.cos(), persistent=False)
@@ -199,8 +199,8 @@ class GPT(nn.Module):
         elif isinstance(m, Block):  # residual branches start as identity
             nn.init.zeros_(m.attn.c_proj.weight)
             nn.init.zeros_(m.mlp.c_proj.weight)
-        elif isinstance(m, LRKV):  # children (W_s) are initialised first, so the 0.1 ratio is to W_s
-            m.init_residuals()
+        elif hasattr(m, "init_residuals"):  # a design's own weights (LRKV's B_h); children (LRKV's
+            m.init_residuals()  # W_s) are initialised first, so the 0.1 ratio is to W_s
 
     def forward(self, idx, targets=None, caches=None, pos=None, last=False):
         """idx (B, T) -> logits (B, T, V) and the loss if targets (training, with gradients: the loss

@@ -39,12 +39,10 @@ for a in $DESIGNS; do [[ " $ALL " == *" $a "* ]] || fail "DESIGNS: $a is not a d
 # the runs, one "name train.py-arguments" per line
 if [ "${SWEEP:-}" = pareto ]; then
   OUT=${OUT:-out/pareto}
-  runs() {  # 300 steps, half the figure's, and evals only at 0, 150, 300 (33 runs)
+  settings=$(python3 -c 'import common; print(common.budget_runs())')  # each row's budget
+  runs() {  # 300 steps, half the figure's, and evals only at 0, 150, 300
     for s in ${SEEDS:-0 1 2}; do
-      echo "mha_s$s --attn=mha"
-      for g in 1 2; do echo "gqa${g}_s$s --attn=gqa --n_kv_head=$g"; done
-      for r in 2 4 8 13 20; do echo "lrkv${r}_s$s --attn=lrkv --lrkv_rank=$r"; done
-      for c in 32 64 128; do echo "mla${c}_s$s --attn=mla --mla_kv_rank=$c"; done
+      while read -r name flags; do echo "${name}_s$s $flags"; done <<< "$settings"
     done | sed "s/$/ --max_iters=300 --eval_interval=150/"
   }
   plot=--pareto

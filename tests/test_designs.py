@@ -1,6 +1,7 @@
 """The design table: every place docs/designs.md's "Adding a design" names is either read from
 common.DESIGNS or checked here, so a design added in part fails a test that says what is missing."""
 import inspect
+import os
 import re
 from dataclasses import fields, replace
 
@@ -90,3 +91,101 @@ def test_the_docs_name_every_design():
     for attn, d in DESIGNS.items():
         assert re.search(rf"^\| `{attn}` \|", readme, re.M), f"README.md's table of designs has no row for {attn}"
         assert re.search(rf"^## .*`{d.cls}`", designs, re.M), f"docs/designs.md has no section on {d.cls}"
+
+
+WRITTEN_FOR = 5  # the count of designs the prose below was written for: "five designs"
+LIVE_PROSE = ["README.md", "docs/designs.md", "docs/training.md", "docs/performance.md", "reproduce.sh",
+              *sorted(p for p in os.listdir(".") if p.endswith(".py"))]
+
+
+def stale_counts(designs):
+    """Files whose prose counts every design ("five designs") when the table holds another number."""
+    if len(designs) == WRITTEN_FOR:
+        return []
+    return [p for p in LIVE_PROSE if re.search(r"\bfive (attention )?designs\b", open(p).read(), re.I)]
+
+
+def rope_problems(designs):
+    return [f"{d.cls} has no `rope` (the GPTConfig field of the width it rotates)"
+            for d in designs.values() if not isinstance(getattr(getattr(attention, d.cls), "rope", None), str)]
+
+
+def own_weight_problems(model):
+    """What a design's own weights (held outside torch's modules) leave unsaid: how they start
+    (init_residuals) and, for a matrix, that it stacks per-head matrices (per_head, for Muon)."""
+    out = []
+    for m in model.modules():
+        own, kind = [n for n, _ in m.named_parameters(recurse=False)], type(m).__name__
+        if own and not hasattr(m, "reset_parameters"):
+            if not hasattr(m, "init_residuals"):
+                out.append(f"{kind}.{own[0]} starts as torch.empty left it: give {kind} an init_residuals()")
+            out += [f"{kind}.{n} is a matrix outside nn.Linear: name it in {kind}.per_head or make it an nn.Linear"
+                    for n in own if getattr(m, n).ndim == 2 and n not in getattr(m, "per_head", ())]
+    return out
+
+
+def test_the_prose_counts_the_designs_there_are():
+    assert stale_counts(DESIGNS) == [], f"these say 'five designs': update them and WRITTEN_FOR"
+
+
+def test_every_class_says_its_rope_width_and_how_its_own_weights_start_and_train():
+    assert rope_problems(DESIGNS) == []
+    for attn in DESIGNS:
+        assert own_weight_problems(GPT(tiny(attn))) == [], attn
+
+
+class Toy(torch.nn.Module):
+    """A throwaway sixth design: MHA plus a per-head matrix E of its own that scales the values."""
+    rope, per_head = "head_dim", ("E",)
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.H, C = cfg.n_head, cfg.n_embd
+        self.c_q, self.c_k, self.c_v, self.c_proj = (torch.nn.Linear(C, C, bias=False) for _ in range(4))
+        self.E = torch.nn.Parameter(torch.empty(C, 1))
+
+    def init_residuals(self):
+        torch.nn.init.ones_(self.E)
+
+    def forward(self, x, cos, sin, cache=None, pos=None):
+        B, T, C = x.shape
+        q, k, v = (f(x).view(B, T, self.H, -1).transpose(1, 2) for f in (self.c_q, self.c_k, self.c_v))
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v * self.E.view(self.H, 1, -1), is_causal=True)
+        return self.c_proj(y.transpose(1, 2).reshape(B, T, C))
+
+
+def test_a_sixth_design_with_any_step_left_out_fails_loudly(monkeypatch):
+    import eval as evaluation
+    row = DESIGNS["mha"]._replace(label="Toy", cls="Toy", budget=None)
+    monkeypatch.setattr(attention, "Toy", Toy, raising=False)
+    # the class without a row: the table test names it; the row without the class: --attn refuses
+    assert attention_classes() - {d.cls for d in DESIGNS.values()} == {"Toy"}
+    with pytest.raises(ValueError, match="attn='toy': unknown attention"):
+        GPTConfig(attn="toy")
+    monkeypatch.setitem(DESIGNS, "toy", row)
+    cfg = replace(tiny("mha"), attn="toy")
+    # the row without its cache-budget sweep's settings: the table itself refuses it
+    with pytest.raises(TypeError, match="budget"):
+        type(row)(*row[:-1])
+    # no formulas in flops.py, no head weights in eval.py: each names the class
+    with pytest.raises(ValueError, match="flops.py has no formulas for Toy"):
+        flops.accounting(cfg)
+    with pytest.raises(ValueError, match="head_qk has no query and key weights for Toy"):
+        evaluation.head_qk(GPT(cfg).h[0].attn)
+    # the class without its RoPE width, its init, its per_head
+    assert own_weight_problems(GPT(cfg)) == [] and rope_problems(DESIGNS) == []
+    for attr, said in (("init_residuals", "init_residuals"), ("per_head", "per_head")):
+        monkeypatch.delattr(Toy, attr)
+        assert said in " ".join(own_weight_problems(GPT(cfg))), attr
+        monkeypatch.setattr(Toy, attr, getattr(TestToyParts, attr), raising=False)
+    monkeypatch.delattr(Toy, "rope")
+    assert rope_problems(DESIGNS) == ["Toy has no `rope` (the GPTConfig field of the width it rotates)"]
+    with pytest.raises(AttributeError, match="rope"):
+        GPT(cfg)
+    # the prose: "five designs" is now wrong
+    assert "README.md" in stale_counts(DESIGNS)
+
+
+class TestToyParts:  # what the test puts back after taking it away
+    per_head = ("E",)
+    init_residuals = Toy.init_residuals

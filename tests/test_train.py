@@ -462,13 +462,14 @@ def test_pareto_sweep_lists_every_setting_and_seed():
                        text=True)
     assert p.returncode == 0, p.stderr
     cmds = p.stdout.splitlines()
-    assert len(cmds) == 33 and all(c.startswith("train.py --attn=") and c.endswith(" --log_interval=5") for c in cmds)
+    assert len(cmds) == 36 and all(c.startswith("train.py --attn=") and c.endswith(" --log_interval=5") for c in cmds)
     assert all("--max_iters=300" in c and "--out_dir=out/pareto" in c for c in cmds)
     runs = [c.split("--run_name=")[1].split()[0] for c in cmds]
-    settings = ["mha", "gqa1", "gqa2", "lrkv2", "lrkv4", "lrkv8", "lrkv13", "lrkv20", "mla32", "mla64", "mla128"]
+    settings = ["mha", "lrkv2", "lrkv4", "lrkv7", "lrkv8", "lrkv13", "lrkv20", "mla32", "mla64", "mla128", "gqa1",
+                "gqa2"]  # common.DESIGNS' budgets, in its order
     assert runs == [f"{x}_s{s}" for s in range(3) for x in settings]
-    assert "--attn=lrkv --lrkv_rank=13 --max_iters=300 --eval_interval=150 --seed=2" in cmds[6 + 22]
-    assert "--attn=mla --mla_kv_rank=128 --max_iters=300 --eval_interval=150 --seed=1" in cmds[10 + 11]
+    assert "--attn=lrkv --lrkv_rank=13 --max_iters=300 --eval_interval=150 --seed=2" in cmds[5 + 24]
+    assert "--attn=mla --mla_kv_rank=128 --max_iters=300 --eval_interval=150 --seed=1" in cmds[9 + 12]
 
 
 
