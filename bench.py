@@ -30,7 +30,8 @@ import flops
 from common import (DESIGNS, ArgumentParser, autocast, count, device_name, fail, native_bf16, resolve_device,
                     resolve_dtype, setting, torch_dtype)
 from generate import decoder
-from model import GPT, LinearCrossEntropy, PRESETS, preset
+from loss import LinearCrossEntropy
+from model import GPT, PRESETS, preset
 from muon import EMBED_LR, DistMuon, Muon, newton_schulz_dtype, ns_flops, optimizers
 
 

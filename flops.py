@@ -11,7 +11,8 @@ import sys
 from dataclasses import replace
 
 from common import DESIGNS, fail, setting
-from model import LOSS_CHUNK, PRESETS, preset
+from loss import LOSS_CHUNK
+from model import PRESETS, preset
 
 
 def attention_counts(cfg):
@@ -121,7 +122,7 @@ def activation_bytes_per_token(cfg, checkpointing=False):
     five designs' blocks save 52-65·d, measured with saved_tensors_hooks at d = 256: the fp32
     residual, bf16 normed inputs, q, k, v, the attention output, and the MLP's 4·d-wide hidden,
     ReLU² and its input), 12·d for the embedding and final norm, and 4·d for the loss head's fp32
-    gradient dx (model.LinearCrossEntropy: the logits are never whole; memory_per_gpu adds its chunk).
+    gradient dx (loss.LinearCrossEntropy: the logits are never whole; memory_per_gpu adds its chunk).
     With activation checkpointing each block keeps only its fp32 input (4·d), and one block at a
     time is recomputed (64·d)."""
     d = cfg.n_embd

@@ -450,8 +450,8 @@ def test_loss_head_equals_cross_entropy_of_the_logits(chunk, monkeypatch):
     # LinearCrossEntropy against F.cross_entropy(x Wᵀ) with ignored targets: the loss and both
     # gradients, fp32 (only float sums reordered) and under CPU bf16 autocast (bf16 products in both);
     # and no (N, V) tensor is kept for backward
-    import model
-    monkeypatch.setattr(model, "LOSS_CHUNK", chunk)
+    import loss as loss_head
+    monkeypatch.setattr(loss_head, "LOSS_CHUNK", chunk)
     torch.manual_seed(0)
     N, C, V = 1000, 32, 320
     x, W = torch.randn(N, C, requires_grad=True), (torch.randn(V, C) / 4).requires_grad_()
@@ -462,7 +462,7 @@ def test_loss_head_equals_cross_entropy_of_the_logits(chunk, monkeypatch):
             ref = torch.nn.functional.cross_entropy((x @ W.t()).float(), y)
             saved = []
             with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.numel()) or t, lambda t: t):
-                loss = model.LinearCrossEntropy.apply(x, W, y)
+                loss = loss_head.LinearCrossEntropy.apply(x, W, y)
         assert max(saved) < N * V
         grads, ref_grads = torch.autograd.grad(2 * loss, (x, W)), torch.autograd.grad(2 * ref, (x, W))
         assert abs(loss.item() - ref.item()) < tol * ref.item()
@@ -473,7 +473,7 @@ def test_loss_head_equals_cross_entropy_of_the_logits(chunk, monkeypatch):
 def test_fp16_loss_head_keeps_every_rows_gradient():
     # under fp16 autocast with a loss scale (GradScaler's), the head's weight gradient matches fp32's
     # row by row: rounding (softmax - onehot)/n to fp16 zeroed rare tokens' rows before the scale
-    import model
+    import loss as loss_head
     torch.manual_seed(0)
     # confident logits (sd 12), as a trained head's: most tokens are unlikely in every row
     N, C, V = 256, 64, 4096
@@ -482,7 +482,7 @@ def test_fp16_loss_head_keeps_every_rows_gradient():
     grads = {}
     for dtype in (torch.float32, torch.float16):
         with torch.autocast("cpu", dtype=dtype, enabled=dtype == torch.float16):
-            loss = model.LinearCrossEntropy.apply(x, W, y)
+            loss = loss_head.LinearCrossEntropy.apply(x, W, y)
         scale = 2.0 ** 16 if dtype == torch.float16 else 1.0
         grads[dtype] = [g / scale for g in torch.autograd.grad(loss * scale, (x, W))]
     (dx32, dW32), (dx16, dW16) = grads[torch.float32], grads[torch.float16]

@@ -184,3 +184,43 @@ def test_plot_recall_refuses_text_runs(tmp_path, capsys):
         plot.main([str(tmp_path), "--recall"])
     err = capsys.readouterr().err
     assert e.value.code == 2 and "not an MQAR run" in err.splitlines()[-1]
+
+
+class Oracle(torch.nn.Module):
+    """Logits that know the repeat: at position t >= length, all mass on the token length - 1 back
+    (what follows the earlier copy of x[t]); uniform before. Its induction drop is ln(V) exactly."""
+
+    def __init__(self, V, length):
+        super().__init__()
+        self.V, self.length, self.lm_head = V, length, torch.nn.Linear(1, V)
+
+    def forward(self, x):
+        logits = torch.zeros(*x.shape, self.V)
+        t = torch.arange(self.length, x.size(1))
+        logits[:, t] = 50.0 * torch.nn.functional.one_hot(x[:, t - self.length + 1], self.V).float()
+        return logits, None
+
+
+def test_induction_scores_the_second_copy_against_the_first():
+    import eval as evaluation
+    first, second = evaluation.induction(Oracle(64, 20), eot=64, n=6, length=20, batch_size=4)
+    assert first == pytest.approx(math.log(64), rel=1e-6) and second < 1e-6
+
+
+def test_eval_recall_and_induction_on_a_checkpoint(tmp_path):
+    assert run(tmp_path).returncode == 0
+    ckpt = str(tmp_path / "r" / "ckpt.pt")
+    p = subprocess.run([sys.executable, "eval.py", ckpt, "--recall", "--induction", "--examples=8"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert p.returncode == 0, p.stderr[-2000:]
+    table = {int(r.split("|")[1]): [c.strip() for c in r.split("|")[2:-1]] for r in p.stdout.splitlines()
+             if re.match(r"\| \d+ \|", r)}
+    assert sorted(table) == [4, 8, 16, 32] and table[32][0] == "-"  # 32 pairs need a length of 128
+    import eval as evaluation
+    from checkpoint import load_model
+    model, _ = load_model(ckpt, "cpu")
+    for col, T in enumerate((64, 128)):  # the training length, and twice it (RoPE tables made longer)
+        x, y = recall.mqar(8, T, 8, 64, recall.split_seed("test"))
+        assert table[8][col] == f"{recall.score(evaluation.longer(model, T), x, y)[1]:.3f}"
+    first, second = evaluation.induction(model, 64, 8, 32)
+    assert f"first copy {first:.4f} nats, second copy {second:.4f}" in p.stdout
