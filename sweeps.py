@@ -309,8 +309,8 @@ def draw_recall(rows):
             if pts:
                 a1.errorbar([r["kv"] for r in pts], [r["mean"] for r in pts], capsize=3, color=d.colour,
                             yerr=[[r["mean"] - r["lo_acc"] for r in pts], [r["hi_acc"] - r["mean"] for r in pts]],
-                            marker=markers[i % len(markers)], linestyle="none",
-                            label=f"{d.label}, {p} pairs")
+                            marker=markers[i % len(markers)], linestyle=styles[i % len(styles)],
+                            label=f"{d.label}, {p} pairs")  # a line across widths
         for j, w in enumerate(widths):
             pts = [r for r in rows if r["attn"] == attn and r["width"] == w]
             if pts:
