@@ -8,6 +8,7 @@ import socket
 import numpy as np
 import pytest
 
+import fineweb
 import prepare
 from tokenizer import GPT2_FILES, GPT2_PAT, get_tokenizer, gpt2_mergeable_ranks
 
@@ -317,18 +318,18 @@ def test_fineweb_sample_plan_prints_the_disk_cost(tmp_path, monkeypatch, capsys)
                   ("sample/100BT/README.md", 10)], link='<https://hub/next?cursor=x>; rel="next"'),
         "https://hub/next?cursor=x": Resp([("sample/100BT/002_00000.parquet", 1e9)]),
     }
-    monkeypatch.setattr(prepare.urllib.request, "urlopen", lambda url, timeout: pages()[url])
-    monkeypatch.setattr(prepare.shutil, "disk_usage", lambda path: shutil_usage(free=200e9))
-    files = prepare.fineweb_plan("100BT", 2, str(tmp_path / "cache"), str(tmp_path))
+    monkeypatch.setattr(fineweb.urllib.request, "urlopen", lambda url, timeout: pages()[url])
+    monkeypatch.setattr(fineweb.shutil, "disk_usage", lambda path: shutil_usage(free=200e9))
+    files = fineweb.fineweb_plan("100BT", 2, str(tmp_path / "cache"), str(tmp_path))
     assert files == ["sample/100BT/000_00000.parquet", "sample/100BT/001_00000.parquet"]
     out = capsys.readouterr().out  # 4 of 5 GB of parquet: 80B of the sample's 100B tokens, 160 GB
     assert "2 of 3 parquet files, 4.0 GB to download, about 80.0B tokens = 160.0 GB of token files; " \
            "164.0 GB needed, 200.0 GB free" in out
-    monkeypatch.setattr(prepare.shutil, "disk_usage", lambda path: shutil_usage(free=100e9))
+    monkeypatch.setattr(fineweb.shutil, "disk_usage", lambda path: shutil_usage(free=100e9))
     with pytest.raises(ValueError, match="not enough disk space .* use fewer --shards"):
-        prepare.fineweb_plan("100BT", 2, str(tmp_path / "cache"), str(tmp_path))
+        fineweb.fineweb_plan("100BT", 2, str(tmp_path / "cache"), str(tmp_path))
     with pytest.raises(ValueError, match="has 3 parquet files; use 1 to 3"):
-        prepare.fineweb_plan("100BT", 4, str(tmp_path / "cache"), str(tmp_path))
+        fineweb.fineweb_plan("100BT", 4, str(tmp_path / "cache"), str(tmp_path))
 
 
 def shutil_usage(free):
