@@ -227,7 +227,7 @@ DECODERS = {"eager": False, "compiled": True, "graphs": "reduce-overhead"}  # mo
 
 @torch.no_grad()
 def decode_bench(cfg, contexts, steps=30, device="cpu", dtype=torch.float32, batch=1, warmup=5,
-                 no_cache=False, modes=("eager",)):
+                 no_cache=False, modes=("eager",), designs=None):
     """Decode speed of every design at cfg's shape. A step at context N feeds token N after a
     prefill of N-1, so it attends over N positions; every step writes that token into the same
     slot, so every timed step sees exactly N. Each repetition runs every design and mode once, in
@@ -235,10 +235,11 @@ def decode_bench(cfg, contexts, steps=30, device="cpu", dtype=torch.float32, bat
     (generate.decoder: compiled, and "reduce-overhead", a CUDA graph; the warm-up steps pay for compiling).
     Returns {(design, N, mode): dict(ms=per step, tok_s=batch tokens a second, vs_mha=tok/s over
     MHA's in that mode, mflop=forward FLOPs per token, bytes=what a step must read (cache and
-    weights, flops.decode_bytes), gbs=those bytes over the step's time[, ms_no_cache=])}."""
+    weights, flops.decode_bytes), gbs=those bytes over the step's time[, ms_no_cache=])}.
+    designs: some of them (default all); vs_mha only where MHA is among them."""
     for N in contexts:
         check_context(N, cfg)
-    models = {a: build(c, device, dtype) for a, c in design_cfgs(cfg).items()}
+    models = {a: build(c, device, dtype) for a, c in design_cfgs(cfg).items() if designs is None or a in designs}
     timed = timer(device)
     out = {}
     # one static graph per design, context and compiled mode (each mode is its own backend), all of
@@ -251,7 +252,8 @@ def decode_bench(cfg, contexts, steps=30, device="cpu", dtype=torch.float32, bat
             idx = torch.randint(0, cfg.vocab_size, (batch, N), generator=torch.Generator().manual_seed(N)).to(device)
             caches = {a: m.new_caches(max_len=N) for a, m in models.items()}
             for a, m in models.items():
-                m(idx[:, :N - 1], caches=caches[a])  # prefill N-1 tokens
+                m(idx[:, :N - 1], caches=caches[a], last=True)  # prefill N-1 tokens; logits of the last
+                # alone: at batch 32 x 8K x 50K all of them would be 50 GB
             tok, pos = idx[:, N - 1:].contiguous(), torch.tensor([N - 1], device=device)
             names = [(a, mode) for a in models for mode in modes]
             t_step, t_full = {k: [] for k in names}, {k: [] for k in names}
@@ -270,7 +272,7 @@ def decode_bench(cfg, contexts, steps=30, device="cpu", dtype=torch.float32, bat
                                        mflop=flops.decode_flops_per_token(models[a].cfg, N) / 1e6)
                 if no_cache:
                     out[a, N, mode]["ms_no_cache"] = 1000 * statistics.median(t_full[a, mode])
-            for a, mode in names:
+            for a, mode in names if "mha" in models else []:
                 out[a, N, mode]["vs_mha"] = out[a, N, mode]["tok_s"] / out["mha", N, mode]["tok_s"]
     return out
 

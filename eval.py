@@ -200,6 +200,8 @@ def arguments(argv):
     p.add_argument("--temperature", type=float, default=0.8, help="0 = greedy")
     p.add_argument("--top_k", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--compile", action="store_true",
+                   help="--sample: decode through torch.compile (on CUDA a CUDA graph); worth it for long samples")
     p.add_argument("--heads", action="store_true", help="head diversity of the checkpoint's attention")
     p.add_argument("--tasks", help="lm-evaluation-harness tasks, comma-separated, e.g. arc_easy,hellaswag")
     p.add_argument("--limit", type=float, default=None,
@@ -255,9 +257,10 @@ def print_sample(model, tok, amp, args, device):
     ids = tok.encode(args.sample) or [tok.eot]  # an empty prompt starts a new document
     n = args.max_new_tokens if args.max_new_tokens is not None else min(200, model.cfg.block_size - len(ids))
     g = torch.Generator(device).manual_seed(args.seed)
-    try:
+    try:  # eager unless --compile: for a one-off sample, compiling costs more than it saves
         with amp:
-            out = model.generate(torch.tensor([ids]), n, args.temperature, args.top_k, generator=g)
+            out = model.generate(torch.tensor([ids]), n, args.temperature, args.top_k, generator=g,
+                                 compile=args.compile and ("reduce-overhead" if device.startswith("cuda") else True))
     except ValueError as e:
         fail(e)
     print(tok.decode(out[0].tolist()))

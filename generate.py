@@ -16,19 +16,20 @@ LIMIT_WARNED = []  # decoder()'s fallback to eager has warned in this process
 
 
 def kept_caches(model, batch, length):
-    """Caches for generate(), kept from one call to the next of the same batch size and kind
-    of activation, sized up to a power-of-two bucket of lengths (at least 64, at most the
-    context): repeated calls write the same buffers at the same addresses, so a CUDA graph
-    recorded once replays, and a compiled step sees a few shapes. What an earlier call left in
-    them is never read: every slot a token may attend to is written first."""
+    """Caches for generate(), one set kept for each batch size, kind of activation and
+    power-of-two bucket of lengths (at least 64, at most the context): a call that returns to a
+    bucket writes the same buffers at the same addresses, so the CUDA graph recorded for it
+    replays, and a compiled step sees a few shapes. What an earlier call left in them is never
+    read: every slot a token may attend to is written first."""
     device = model.lm_head.weight.device
     amp = torch.is_autocast_enabled(device.type)
     act = torch.get_autocast_dtype(device.type) if amp else model.lm_head.weight.dtype
     L = min(model.cfg.block_size, max(64, 1 << (length - 1).bit_length()))
     key = (batch, L, act, device)
-    if model.__dict__.get("_kept", (None,))[0] != key:  # one set kept, off nn.Module's books
-        model.__dict__["_kept"] = (key, model.new_caches(L))
-    caches = model.__dict__["_kept"][1]
+    kept = model.__dict__.setdefault("_kept", {})  # off nn.Module's books
+    if key not in kept:
+        kept[key] = model.new_caches(L)
+    caches = kept[key]
     for c in caches:
         c.n = 0
     return caches

@@ -53,43 +53,51 @@ from model import GPT, preset
 from muon import newton_schulz_dtype, optimizers
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
-p = ArgumentParser(description=__doc__.strip().splitlines()[0])
-p.add_argument("--dry", action="store_true", help="on the CPU at tiny shapes: checks the script, measures nothing")
-p.add_argument("--out", default="out/gpu_check", help="folder for results.md (written line by line) and results.jsonl")
-p.add_argument("--budget", type=float, default=480, help="seconds for the whole check: each phase has a limit within it")
+PHASE_CMD = [sys.executable, os.path.abspath(__file__)]  # how phase() starts a phase's process
 PARTS = ["designs", "runs", "tokens", "decode", "variants", "512m-8k"]  # in the order they run
 DEFAULT = [x for x in PARTS if x != "variants"]  # what fits the budget
-p.add_argument("--only", default=",".join(DEFAULT), help="some of the parts, to rerun what a cut-off check missed")
-p.add_argument("--backend", default=None, help="--dry: torch.compile's backend (default dynamo's eager)")
-p.add_argument("--part", help=argparse.SUPPRESS)  # one phase, in a process of its own: [function, args]
-args = p.parse_args()
-args.only = args.only.split(",")
-if set(args.only) - set(PARTS):
-    fail(f"--only={','.join(args.only)}: the parts are {','.join(PARTS)}")
-if not args.dry and not torch.cuda.is_available():
-    fail("this torch sees no CUDA GPU; run `python gpu_check.py --dry` to check the script on the CPU")
-try:  # the results files, emptied: written line by line as the check measures
-    os.makedirs(args.out, exist_ok=True)
-    for f in ("results.md", "results.jsonl") if not args.part else ():
-        open(os.path.join(args.out, f), "w").close()
-except OSError as e:
-    fail(f"--out={args.out}: {e}")
-dry = args.dry
-device = "cpu" if dry else "cuda"
-if dry:  # tiny shapes; compile traces with dynamo only (inductor's C++ build would take minutes)
-    shape = dict(n_layer=2, n_head=2, n_embd=64, block_size=128, vocab_size=320, n_kv_head=1, mla_kv_rank=16,
-                 mla_rope_dim=8, lrkv_rank=6)
-    name, batch, steps, context, backend, batches = "cpu", 2, 2, 128, args.backend or "eager", (1, 4)
-    layers = {}
-else:
-    shape, name, batch, steps, context, backend, batches = {}, "128m", 8, 10, 8192, "inductor", (1, 32)
-    layers = dict(designs=4, decode=2, big=2)  # fewer layers where the question is per layer
-    torch.backends.cuda.matmul.allow_tf32 = True
-autocast = amp(device, "fp32" if dry else "bf16")
-ns_dtype = newton_schulz_dtype("auto", gpu=not dry and native_bf16("cuda"))
-hardware = device_name(device)
-peak = None if dry else flops.peak_flops(hardware)
-peak_bw = None if dry else flops.peak_bandwidth(hardware)
+
+
+def arguments(argv=None):
+    p = ArgumentParser(description=__doc__.strip().splitlines()[0])
+    p.add_argument("--dry", action="store_true", help="on the CPU at tiny shapes: checks the script, measures nothing")
+    p.add_argument("--out", default="out/gpu_check", help="folder for results.md (written line by line) and results.jsonl")
+    p.add_argument("--budget", type=float, default=480, help="seconds for the whole check: each phase has a limit within it")
+    p.add_argument("--only", default=",".join(DEFAULT), help="some of the parts, to rerun what a cut-off check missed")
+    p.add_argument("--backend", default=None, help="--dry: torch.compile's backend (default dynamo's eager)")
+    p.add_argument("--part", help=argparse.SUPPRESS)  # one phase, in a process of its own: [function, args]
+    a = p.parse_args(argv)
+    a.only = a.only.split(",")
+    if set(a.only) - set(PARTS):
+        fail(f"--only={','.join(a.only)}: the parts are {','.join(PARTS)}")
+    if not a.dry and not torch.cuda.is_available():
+        fail("this torch sees no CUDA GPU; run `python gpu_check.py --dry` to check the script on the CPU")
+    return a
+
+
+def setup(a):
+    """The check's settings from its arguments, as the module globals the phases read (a phase runs
+    in a process of its own, which sets them again from the same flags)."""
+    global args, dry, device, shape, name, batch, steps, context, backend, batches, layers, autocast, ns_dtype
+    global hardware, peak, peak_bw
+    args, dry = a, a.dry
+    device = "cpu" if dry else "cuda"
+    if dry:  # tiny shapes; compile traces with dynamo only (inductor's C++ build would take minutes)
+        shape = dict(n_layer=2, n_head=2, n_embd=64, block_size=128, vocab_size=320, n_kv_head=1, mla_kv_rank=16,
+                     mla_rope_dim=8, lrkv_rank=6)
+        name, batch, steps, context, backend, batches = "cpu", 2, 2, 128, args.backend or "eager", (1, 4)
+        layers = {}
+    else:
+        shape, name, batch, steps, context, backend, batches = {}, "128m", 8, 10, 8192, "inductor", (1, 32)
+        layers = dict(designs=4, decode=2, big=2)  # fewer layers where the question is per layer
+        torch.backends.cuda.matmul.allow_tf32 = True
+    autocast = amp(device, "fp32" if dry else "bf16")
+    ns_dtype = newton_schulz_dtype("auto", gpu=not dry and native_bf16("cuda"))
+    hardware = device_name(device)
+    peak = None if dry else flops.peak_flops(hardware)
+    peak_bw = None if dry else flops.peak_bandwidth(hardware)
+
+
 torch._dynamo.config.cache_size_limit = 64  # a model per design: each compiles once
 
 
@@ -267,8 +275,11 @@ def tiny_runs():
 
 
 def versions():
-    # what ran: the GPU, torch, CUDA and cuDNN, and the order SDPA tries its kernels in
+    # what ran: the GPU, torch, CUDA and cuDNN, and the order SDPA tries its kernels in, read after
+    # a first SDPA call (torch 2.11's CUDA 13 build puts cuDNN first lazily, on that call)
     from torch.nn.attention import SDPBackend
+    q = torch.zeros(1, 2, 16, 64, device=device, dtype=torch.float32 if dry else torch.bfloat16)
+    torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
     order = getattr(torch._C, "_get_sdp_priority_order", lambda: [])()
     known = {b.value: n.lower() for n, b in SDPBackend.__members__.items()}
     names = [known.get(i, str(i)) for i in order]
@@ -277,18 +288,29 @@ def versions():
             f"SDPA priority {' > '.join(names) or 'n/a'}; {time.strftime('%Y-%m-%d %H:%M')}")
 
 
+class Stopped(str):
+    """A phase's line saying why it has no result, and what it finished before (partial: the
+    pieces it printed with partial())."""
+    partial = ()
+
+
+def partial(piece):
+    # a phase's finished piece (a design's cell, say), printed at once: a phase stopped later keeps it
+    print("PARTIAL " + json.dumps(piece), flush=True)
+
+
 def phase(what, limit, f, *a, **kw):
     """f(*a, **kw), a function of this script, in a process of its own (this script with --part)
     with at most limit seconds (scaled by --budget/480, and no more than is left of it): its result,
-    or a line saying why there is none. A phase killed at its limit, or failing, leaves the phases
-    after it their time; nothing it started outlives it."""
+    or a Stopped line saying why there is none, with the pieces it finished. A phase killed at its
+    limit, or failing, leaves the phases after it their time; nothing it started outlives it."""
     left = args.budget - (time.time() - t_start)
     if left < 5:
-        return f"{what}: skipped, the {args.budget:.0f} s budget is spent"
+        return Stopped(f"{what}: skipped, the {args.budget:.0f} s budget is spent")
     limit = min(max(5.0, limit * args.budget / 480), left)
     flags = ["--dry"] * dry + [f"--out={args.out}", f"--budget={args.budget}"] + [f"--backend={args.backend}"] * bool(
         args.backend)
-    cmd = [sys.executable, os.path.abspath(__file__), *flags, "--part", json.dumps([f.__name__, a, kw])]
+    cmd = [*PHASE_CMD, *flags, "--part", json.dumps([f.__name__, a, kw])]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)  # its own process group: killed whole
     try:
@@ -298,15 +320,22 @@ def phase(what, limit, f, *a, **kw):
         # groups of their own), then SIGKILL for whatever is left of its group
         os.killpg(proc.pid, signal.SIGTERM)
         try:
-            proc.communicate(timeout=10)
+            out, err = proc.communicate(timeout=10)  # what it printed before, too
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-        return f"{what}: stopped at its {limit:.0f} s limit"
+            out, err = proc.communicate()
+        return stopped(f"{what}: stopped at its {limit:.0f} s limit", out)
     result = [line[7:] for line in out.splitlines() if line.startswith("RESULT ")]
     if proc.returncode or not result:
-        return f"{what}: failed: {(err.strip().splitlines() or ['exit status %d' % proc.returncode])[-1]}"
+        why = (err.strip().splitlines() or ['exit status %d' % proc.returncode])[-1]
+        return stopped(f"{what}: failed: {why}", out)
     return json.loads(result[-1])
+
+
+def stopped(line, out):
+    s = Stopped(line)
+    s.partial = [json.loads(x[8:]) for x in (out or "").splitlines() if x.startswith("PARTIAL ")]
+    return s
 
 
 def say(line=""):
@@ -344,70 +373,94 @@ def decode_cfg():
 
 
 def decode(mode, B):
-    # every design at the context in one mode and batch -> a row: tok/s, and the GB/s of what a step
-    # must read (every sequence's cache and the weights, flops.decode_bytes) with its share of the peak
-    cfg = decode_cfg()
+    # every design at the context in one mode and batch, a design at a time (each cell printed as it
+    # is done) -> {design: cell}: tok/s, and the GB/s of what a step must read (every sequence's cache
+    # and the weights, flops.decode_bytes) with its share of the peak
+    cfg, cells = decode_cfg(), {}
     dtype = torch.float32 if dry else torch.bfloat16
-    speed = decode_bench(cfg, (context,), steps=5 if dry else 20, device=device, modes=(mode,), dtype=dtype,
-                         batch=B, warmup=2)
-    share = lambda r: f", {r['gbs'] * 1e9 / peak_bw:.0%}" if peak_bw else ""
-    return (f"| {mode} @{context} x{B} | " + " | ".join(f"{r['tok_s']:,.0f} ({r['gbs']:,.1f}{share(r)})"
-                                                       for r in (speed[a, context, mode] for a in design_cfgs(cfg)))
-            + " |")
+    for a in design_cfgs(cfg):
+        r = decode_bench(cfg, (context,), steps=5 if dry else 20, device=device, modes=(mode,), dtype=dtype,
+                         batch=B, warmup=2, designs=(a,))[a, context, mode]
+        share = f", {r['gbs'] * 1e9 / peak_bw:.0%}" if peak_bw else ""
+        cells[a] = f"{r['tok_s']:,.0f} ({r['gbs']:,.1f}{share})"
+        partial({a: cells[a]})
+    return cells
+
+
+def decode_row(what, r):
+    # the table's row of a decode phase: its cells, or those it finished and why the rest are missing
+    cells = r if isinstance(r, dict) else {k: v for p in r.partial for k, v in p.items()}
+    row = " | ".join(cells.get(a, "-") for a in design_cfgs(decode_cfg()))
+    return f"| {what} | {row} |" + ("" if isinstance(r, dict) else f" {r}")
 
 
 def graphs_same_tokens():
-    """generate()'s default decode on CUDA, the compiled step as a CUDA graph, against the compiled
-    step without one (the same kernels: tokens must be equal) and eager (fp32: equal, or a rounding)."""
+    """The compiled decode step recorded and replayed as a CUDA graph ("reduce-overhead", what
+    generate() runs on CUDA from GRAPH_MIN_TOKENS new tokens) against the compiled step without one
+    (the same kernels: tokens must be equal) and eager (fp32: equal, or a rounding)."""
     cfg = preset(name, **{**shape, "attn": "lrkv", "n_layer": 2})
     torch.manual_seed(0)
     model = GPT(cfg).to(device).eval()
     idx = torch.randint(0, cfg.vocab_size, (2, 16), device=device)
-    out = {c: model.generate(idx, 32, temperature=0, compile=c) for c in (False, True, None)}
-    same = (out[None] == out[True]).all().item()
-    agree = (out[None] == out[False])[:, 16:].float().mean().item()
-    return (f"{'ok' if same else 'DIFFERENT'}: 32 greedy tokens from generate()'s default decode (CUDA graph) "
-            f"against the compiled step's; {agree:.0%} of them eager's (fp32)")
+    out = {c: model.generate(idx, 32, temperature=0, compile=c) for c in (False, True, "reduce-overhead")}
+    same = (out["reduce-overhead"] == out[True]).all().item()
+    agree = (out["reduce-overhead"] == out[False])[:, 16:].float().mean().item()
+    return (f"{'ok' if same else 'DIFFERENT'}: 32 greedy tokens decoded as a CUDA graph against the compiled "
+            f"step's; {agree:.0%} of them eager's (fp32)")
 
 
-if args.part:  # one phase, run by phase() in the process it started: its result on one line
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # stopped at its limit: finally blocks run
-    fname, fargs, fkw = json.loads(args.part)
-    print("RESULT " + json.dumps(globals()[fname](*fargs, **fkw)), flush=True)
-    sys.exit(0)
+def main(argv=None):
+    global t_start
+    setup(arguments(argv))
+    try:  # the results files, emptied: written line by line as the check measures
+        os.makedirs(args.out, exist_ok=True)
+        for f in ("results.md", "results.jsonl") if not args.part else ():
+            open(os.path.join(args.out, f), "w").close()
+    except OSError as e:
+        fail(f"--out={args.out}: {e}")
+    if args.part:  # one phase, run by phase() in the process it started: its result on one line
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # stopped at its limit: finally blocks run
+        fname, fargs, fkw = json.loads(args.part)
+        print("RESULT " + json.dumps(globals()[fname](*fargs, **fkw)), flush=True)
+        sys.exit(0)
 
-t_start = time.time()
-say(f"# gpu_check.py{' --dry' if dry else ''}: {name} preset, batch {batch} x {preset(name, **shape).block_size}, "
-    f"{'dry run: nothing here is a measurement' if dry else 'bf16 autocast, torch.compile'}")
-say(f"\n{versions()}\n")
-if "designs" in args.only:
-    say("MFU counts attention with no causal discount (flops.py's convention); MFU (causal) counts half of it. "
-        "Eager against compiled: one training micro-step at the same weights.\n")
-    design_rows([(a, a, {}) for a in DESIGNS])
-if "runs" in args.only:
-    say(f"\ntiny train.py runs on {device}:")
-    r = phase("tiny runs", 60, tiny_runs)
-    for line in [r] if isinstance(r, str) else r:
-        say(f"- {line}")
-if "tokens" in args.only and not dry:  # dry: inductor's C++ build would take minutes
-    say(f"\nCUDA-graph decode: {phase('CUDA-graph decode', 30, graphs_same_tokens)}")
-if "decode" in args.only:
-    say(f"\ndecode tokens/s (GB/s of the cache and weights a step reads, flops.decode_bytes, and its share of the "
-        f"peak bandwidth), {decode_cfg().n_layer} layers (bench.decode_bench: each step over exactly that context)\n")
-    columns = list(design_cfgs(decode_cfg()))  # decode()'s, in its order
-    say("| mode @context x batch | " + " | ".join(columns) + " |")
-    say("|" + "---|" * (1 + len(columns)))
-    # batch 1 eager, compiled, as a CUDA graph; then compiled where the cache dominates. dry: eager
-    # only (inductor's C++ build would take minutes)
-    plan = ([("eager", batches[0], 20), ("eager", batches[1], 20)] if dry else
-            [("eager", batches[0], 20), ("compiled", batches[0], 25), ("graphs", batches[0], 25),
-             ("compiled", batches[1], 30)])
-    for mode, B, limit in plan:
-        say(phase(f"decode {mode} @{context} x{B}", limit, decode, mode, B))
-if "variants" in args.only:
-    say("\nMLA at DeepSeek's widths and the factored LRKV:\n")
-    design_rows([("mla-ds", "mla", dict(mla_deepseek=True)), ("lrkv-f", "lrkv", dict(lrkv_factored=True))])
-if "512m-8k" in args.only:
-    say(f"\nthe figure's shape, 512m-8k, batch 1 x 8192{', 2 of its 24 layers' if not dry else ' (dry: the tiny shape)'}:\n")
-    design_rows([(f"{a} 512m-8k", a, {}) for a in ("mha", "lrkv")], size=("512m-8k", 1))
-say(f"\n({time.time() - t_start:.0f} s; written to {os.path.join(args.out, 'results.md')})")
+    t_start = time.time()
+    say(f"# gpu_check.py{' --dry' if dry else ''}: {name} preset, batch {batch} x {preset(name, **shape).block_size}, "
+        f"{'dry run: nothing here is a measurement' if dry else 'bf16 autocast, torch.compile'}")
+    say(f"\n{versions()}\n")
+    if "designs" in args.only:
+        say("MFU counts attention with no causal discount (flops.py's convention); MFU (causal) counts half of it. "
+            "Eager against compiled: one training micro-step at the same weights.\n")
+        design_rows([(a, a, {}) for a in DESIGNS])
+    if "runs" in args.only:
+        say(f"\ntiny train.py runs on {device}:")
+        r = phase("tiny runs", 60, tiny_runs)
+        for line in [r] if isinstance(r, str) else r:
+            say(f"- {line}")
+    if "tokens" in args.only and not dry:  # dry: inductor's C++ build would take minutes
+        say(f"\nCUDA-graph decode: {phase('CUDA-graph decode', 30, graphs_same_tokens)}")
+    if "decode" in args.only:
+        say(f"\ndecode tokens/s (GB/s of the cache and weights a step reads, flops.decode_bytes, and its share of the "
+            f"peak bandwidth), {decode_cfg().n_layer} layers (bench.decode_bench: each step over exactly that context)\n")
+        columns = list(design_cfgs(decode_cfg()))  # decode()'s, in its order
+        say("| mode @context x batch | " + " | ".join(columns) + " |")
+        say("|" + "---|" * (1 + len(columns)))
+        # batch 1 eager, compiled, as a CUDA graph; then compiled where the cache dominates. dry: eager
+        # only (inductor's C++ build would take minutes)
+        plan = ([("eager", batches[0], 20), ("eager", batches[1], 20)] if dry else
+                [("eager", batches[0], 20), ("compiled", batches[0], 25), ("graphs", batches[0], 25),
+                 ("compiled", batches[1], 30)])
+        for mode, B, limit in plan:
+            what = f"{mode} @{context} x{B}"
+            say(decode_row(what, phase(f"decode {what}", limit, decode, mode, B)))
+    if "variants" in args.only:
+        say("\nMLA at DeepSeek's widths and the factored LRKV:\n")
+        design_rows([("mla-ds", "mla", dict(mla_deepseek=True)), ("lrkv-f", "lrkv", dict(lrkv_factored=True))])
+    if "512m-8k" in args.only:
+        say(f"\nthe figure's shape, 512m-8k, batch 1 x 8192{', 2 of its 24 layers' if not dry else ' (dry: the tiny shape)'}:\n")
+        design_rows([(f"{a} 512m-8k", a, {}) for a in ("mha", "lrkv")], size=("512m-8k", 1))
+    say(f"\n({time.time() - t_start:.0f} s; written to {os.path.join(args.out, 'results.md')})")
+
+
+if __name__ == "__main__":
+    main()

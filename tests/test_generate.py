@@ -393,9 +393,25 @@ def test_generate_keeps_its_caches_between_calls_of_one_batch_size(attn):
     model = randomized(tiny(attn, block_size=128))
     a, b = prompt(model.cfg, B=2, T=5), prompt(model.cfg, B=2, T=9) % 50
     model.generate(a, 20, temperature=0)
-    ptrs = [buf.data_ptr() for c in model.__dict__["_kept"][1] for buf in c.buf.values()]
+    ptrs = [buf.data_ptr() for cs in model.__dict__["_kept"].values() for c in cs for buf in c.buf.values()]
     second = model.generate(b, 30, temperature=0)  # 38 slots: the same bucket of 64
-    assert [buf.data_ptr() for c in model.__dict__["_kept"][1] for buf in c.buf.values()] == ptrs
+    assert [buf.data_ptr() for cs in model.__dict__["_kept"].values() for c in cs for buf in c.buf.values()] == ptrs
     assert torch.equal(second, model.generate(b, 30, temperature=0, use_cache=False))
     model.generate(prompt(model.cfg, B=3), 20, temperature=0)  # another batch size: other buffers
-    assert model.__dict__["_kept"][0][0] == 3
+    assert sorted(k[:2] for k in model.__dict__["_kept"]) == [(2, 64), (3, 64)]
+
+
+def test_two_length_buckets_visited_in_turn_keep_their_addresses():
+    # one set kept (the old way) gave a bucket new buffers each time it came back, so its CUDA
+    # graph was recorded again; now each (batch, bucket) keeps its own
+    model = randomized(tiny("lrkv", block_size=256))
+    short, long = prompt(model.cfg, B=2, T=5), prompt(model.cfg, B=2, T=90)
+    ptrs = lambda: {k: [b.data_ptr() for c in cs for b in c.buf.values()] for k, cs in model.__dict__["_kept"].items()}
+    model.generate(short, 10, temperature=0)
+    model.generate(long, 10, temperature=0)  # 99 slots: the bucket of 128
+    first = ptrs()
+    for _ in range(2):
+        out = model.generate(short, 10, temperature=0)
+        model.generate(long, 10, temperature=0)
+    assert ptrs() == first and sorted(k[1] for k in first) == [64, 128]
+    assert torch.equal(out, model.generate(short, 10, temperature=0, use_cache=False))

@@ -66,3 +66,63 @@ def test_a_phase_killed_in_a_real_inductor_compile_leaves_the_next_its_turn(tmp_
     stopped = [line for line in (tmp_path / "results.md").read_text().splitlines() if "stopped at its 6 s limit" in line]
     assert [line.split(" | ")[0] for line in stopped] == ["| mha", "| lrkv", "| mla", "| gqa", "| mqa"]
     assert "Traceback" not in p.stdout + p.stderr
+
+
+def dry(tmp_path):
+    import gpu_check
+    gpu_check.setup(gpu_check.arguments(["--dry", f"--out={tmp_path}"]))
+    gpu_check.t_start = __import__("time").time()
+    return gpu_check
+
+
+def test_a_phase_stopped_midway_keeps_its_finished_designs(tmp_path, monkeypatch):
+    # the decode phase printed its row only at its end: stopped at its limit, it lost every design
+    gc = dry(tmp_path)
+    monkeypatch.setattr(gc, "PHASE_CMD", [sys.executable, os.path.join(ROOT, "tests", "slow_phase.py")])
+    monkeypatch.setenv("NANOKV_SLOW_DESIGN", "mla")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    r = gc.phase("decode eager", 15, gc.decode, "eager", 1)
+    assert isinstance(r, gc.Stopped) and "stopped at its 15 s limit" in r
+    row = gc.decode_row("eager @128 x1", r)
+    cells = row.split(" | ")
+    assert re.fullmatch(r"[\d,]+ \([\d.]+\)", cells[1]) and re.fullmatch(r"[\d,]+ \([\d.]+\)", cells[2])  # mha, lrkv
+    assert cells[3:6] == ["-", "-", "-"] and row.endswith("| decode eager: stopped at its 15 s limit")
+
+
+def test_the_graph_row_decodes_through_a_cuda_graph(tmp_path, monkeypatch):
+    # it compared compile=None (eager below GRAPH_MIN_TOKENS) with True and False: no graph was recorded
+    gc = dry(tmp_path)
+    asked = []
+    monkeypatch.setattr(gc.GPT, "generate", lambda self, idx, n, temperature, compile: asked.append(compile)
+                        or torch.zeros(2, 16 + n, dtype=torch.long))
+    assert gc.graphs_same_tokens().startswith("ok: 32 greedy tokens decoded as a CUDA graph")
+    assert sorted(map(str, asked)) == ["False", "True", "reduce-overhead"]
+
+
+def test_the_kernel_order_is_read_after_a_first_sdpa_call(tmp_path, monkeypatch):
+    # torch 2.11's CUDA 13 build puts cuDNN first on the first SDPA call: read before it, the header
+    # named an order that never ran
+    gc = dry(tmp_path)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    called, sdpa = [], torch.nn.functional.scaled_dot_product_attention
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention",
+                        lambda *a, **k: called.append(1) or sdpa(*a, **k))
+    from torch.nn.attention import SDPBackend
+    before, after = [SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION], [SDPBackend.CUDNN_ATTENTION,
+                                                                             SDPBackend.FLASH_ATTENTION]
+    monkeypatch.setattr(torch._C, "_get_sdp_priority_order", lambda: [b.value for b in (after if called else before)],
+                        raising=False)
+    assert "SDPA priority cudnn_attention > flash_attention" in gc.versions()
+
+
+def test_the_decode_prefill_makes_the_last_logits_only(monkeypatch):
+    # at batch 32 x 8,191 x 50,304 the prefill's full logits were ~74 GiB at once: more than an H100
+    import bench
+    from model import GPT, preset
+    seen, forward = [], GPT.forward
+    monkeypatch.setattr(GPT, "forward", lambda self, idx, *a, **k: seen.append((idx.size(1), k.get("last")))
+                        or forward(self, idx, *a, **k))
+    cfg = preset("cpu", n_layer=1, block_size=64)
+    bench.decode_bench(cfg, (64,), steps=1, warmup=0, batch=2, designs=("mha", "mla"))
+    prefills = [s for s in seen if s[0] > 1]
+    assert len(prefills) == 2 and all(last for _, last in prefills)
