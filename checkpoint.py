@@ -156,16 +156,15 @@ def logged(log_path, model_config, drop_after=None):
 
 def load_model(path, device="cpu"):
     """(model in eval mode on device, the checkpoint's other fields) from either format, or from a
-    folder that eval.py --export wrote (GPT.save_pretrained, the run's fields in its header)."""
+    folder that eval.py --export wrote (export.read: a transformers folder)."""
     if os.path.isfile(os.path.join(path, "config.json")):
+        from export import read as read_export
         try:
-            from safetensors import safe_open
-            model = GPT.from_pretrained(path, device)
+            return read_export(path, device)
         except ImportError:
             fail(f"{path} holds safetensors weights: pip install safetensors")
-        with safe_open(os.path.join(path, "model.safetensors"), "pt") as f:
-            meta = json.loads((f.metadata() or {}).get("nanokv", "{}"))
-        return model, {**meta, "model_config": asdict(model.cfg)}
+        except ValueError as e:
+            fail(str(e))
     ckpt = read(path)
     model = GPT(GPTConfig(**ckpt["model_config"]))
     try:

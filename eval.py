@@ -6,13 +6,13 @@ What a trained checkpoint does: its held-out loss, its samples, the diversity of
     python eval.py out/cpu_lrkv_s0/ckpt.pt --heads          # head diversity (paper §4.3, Table 3)
     python eval.py out --heads                              # ... of every run in out/, by design
     python eval.py out/cpu_lrkv_s0/ckpt.pt --tasks=arc_easy,hellaswag --limit=100   # lm-evaluation-harness
-    python eval.py out/cpu_lrkv_s0/ckpt.pt --export=out/cpu_lrkv_s0/export   # safetensors + config.json
+    python eval.py out/cpu_lrkv_s0/ckpt.pt --export=out/lrkv_hf   # a transformers folder (export.py)
     python eval.py out/recall/mha_d64_p16_lr1_s0/ckpt.pt --recall   # MQAR accuracy, pairs x lengths
     python eval.py out/cpu_lrkv_s0/ckpt.pt --induction      # loss on a repeated random sequence
 
 A checkpoint is a ckpt.pt or, from --fsdp, a ckpt_STEP/ folder (checkpoint.py), or a folder that
---export wrote (GPT.from_pretrained loads it too). --tasks needs pip install lm_eval (harness.py),
---export pip install safetensors. What the designs cost at a shape, with random weights (cache
+--export wrote (export.py: a transformers folder). --tasks needs pip install lm_eval (harness.py),
+--export pip install transformers. What the designs cost at a shape, with random weights (cache
 bytes, decode speed), is bench.py's job.
 """
 import argparse
@@ -159,7 +159,7 @@ def main(argv=None):
              "export it with eval.py --export")
     tok = get_tokenizer(meta["train_config"]["tokenizer"])
     if args.export:
-        export(model, meta, args.export)
+        write_export(model, meta, args.export)
     if args.heads:
         print_heads(model, args.checkpoint)
     if args.tasks or args.sample is not None:
@@ -215,20 +215,21 @@ def arguments(argv):
                    help="loss on the first and second copy of random token sequences repeated once")
     p.add_argument("--examples", type=count, default=256, help="--recall, --induction: sequences a cell")
     p.add_argument("--export", metavar="DIR",
-                   help="write the weights as DIR/model.safetensors and DIR/config.json")
+                   help="write a transformers folder: AutoModelForCausalLM.from_pretrained(DIR) loads it")
     return p.parse_args(argv)
 
 
-def export(model, meta, path):
-    header = {"step": meta["step"], "train_config": meta["train_config"]}
-    try:  # the run's step and training config ride in the safetensors header
-        model.save_pretrained(path, {"nanokv": json.dumps(header)})
-    except ImportError:
-        fail("--export writes safetensors: pip install safetensors")
+def write_export(model, meta, path):
+    from export import write
+    try:
+        kind = write(model, meta, meta["train_config"]["tokenizer"], path)
+    except ImportError as e:
+        fail(f"--export writes a transformers folder: pip install transformers safetensors ({e})")
     except OSError as e:
         fail(f"--export={path}: {e}")
-    print(f"wrote {os.path.join(path, 'model.safetensors')} and config.json; "
-          f"load it with model.GPT.from_pretrained({path!r}) or pass the folder to eval.py")
+    remote = ", trust_remote_code=True" if kind == "nanokv" else ""
+    print(f"wrote {path} (model_type {kind}); load it with transformers' AutoModelForCausalLM.from_pretrained("
+          f"{path!r}{remote}), or pass the folder to eval.py")
 
 
 def run_tasks(model, tok, amp, args):

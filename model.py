@@ -2,10 +2,8 @@
 A small GPT in the paper's (nanochat-style) base: RoPE, QK-norm, parameter-free RMSNorm,
 ReLU² MLP, untied embedding and head, no biases. The attention is chosen by cfg.attn.
 """
-import json
 import math
-import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
@@ -132,6 +130,15 @@ class Block(nn.Module):
         return x + self.mlp(norm(x))
 
 
+def rope_tables(cfg):
+    # RoPE's cos and sin for every position, (T, d/2), as wide as the design's class says it
+    # rotates (MLA: d_r)
+    d = getattr(cfg, getattr(attention, DESIGNS[cfg.attn].cls).rope)
+    inv_freq = cfg.rope_base ** -(torch.arange(0, d, 2, dtype=torch.float32) / d)
+    angles = torch.outer(torch.arange(cfg.block_size, dtype=torch.float32), inv_freq)  # (T, d/2)
+    return angles.cos(), angles.sin()
+
+
 class GPT(nn.Module):
     def __init__(self, cfg):
         super().__init__()
@@ -139,12 +146,9 @@ class GPT(nn.Module):
         self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)
         self.h = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
-        # RoPE tables for every position, as wide as the design's class says it rotates (MLA: d_r)
-        d = getattr(cfg, getattr(attention, DESIGNS[cfg.attn].cls).rope)
-        inv_freq = cfg.rope_base ** -(torch.arange(0, d, 2, dtype=torch.float32) / d)
-        angles = torch.outer(torch.arange(cfg.block_size, dtype=torch.float32), inv_freq)  # (T, d/2)
-        self.register_buffer("cos", angles.cos(), persistent=False)
-        self.register_buffer("sin", angles.sin(), persistent=False)
+        cos, sin = rope_tables(cfg)
+        self.register_buffer("cos", cos, persistent=False)
+        self.register_buffer("sin", sin, persistent=False)
         self.apply(self._init_weights)
         nn.init.normal_(self.lm_head.weight, std=0.001)  # near-uniform logits: loss ≈ ln(vocab_size)
 
@@ -200,24 +204,6 @@ class GPT(nn.Module):
         from generate import generate  # generate.py imports nothing of this file's
         return generate(self, idx, max_new_tokens, temperature, top_k, **kwargs)
 
-    def save_pretrained(self, path, metadata=None):
-        """Write path/config.json (this GPTConfig) and path/model.safetensors (the weights, in their
-        dtype), the layout other projects load; metadata: strings kept in the safetensors header."""
-        from safetensors.torch import save_file  # an optional extra: pip install safetensors
-        os.makedirs(path, exist_ok=True)
-        with open(os.path.join(path, "config.json"), "w") as f:
-            json.dump(asdict(self.cfg), f, indent=1)
-        save_file({k: v.contiguous() for k, v in self.state_dict().items()}, os.path.join(path, "model.safetensors"),
-                  metadata=metadata)
-
-    @classmethod
-    def from_pretrained(cls, path, device="cpu"):
-        """The model save_pretrained wrote to path, in eval mode on device."""
-        from safetensors.torch import load_file
-        with open(os.path.join(path, "config.json")) as f:
-            model = cls(GPTConfig(**json.load(f)))
-        model.load_state_dict(load_file(os.path.join(path, "model.safetensors"), device=str(device)))
-        return model.to(device).eval()
 
 # The paper's configurations (its Tables 5-7; 2.5B with the 36 layers its own numbers imply),
 # with each design's paper setting (GQA K/V heads, MLA d_c, LRKV r), and one CPU-sized model.

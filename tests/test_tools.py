@@ -10,8 +10,7 @@ import torch
 
 from checkpoint import load_model
 from common import autocast
-from model import GPT
-from test_model import VARIANTS, randomized, tiny, tokens
+from test_model import randomized, tiny
 from test_train import ROOT, read_log, train
 from tokenizer import get_tokenizer
 
@@ -30,17 +29,6 @@ def run(tmp_path_factory, data_dir):
                        capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     return ckpt, str(tmp / "export")
-
-
-@pytest.mark.parametrize("attn, kw", VARIANTS)
-def test_export_then_load_gives_the_same_logits(tmp_path, attn, kw):
-    model = randomized(tiny(attn, **kw))
-    model.save_pretrained(tmp_path, metadata={"nanokv": "{}"})
-    assert sorted(os.listdir(tmp_path)) == ["config.json", "model.safetensors"]
-    assert json.loads((tmp_path / "config.json").read_text())["attn"] == attn
-    back = GPT.from_pretrained(tmp_path)
-    idx = tokens(model.cfg)
-    assert back.cfg == model.cfg and torch.equal(back(idx)[0], model(idx)[0])
 
 
 def test_an_export_is_a_checkpoint_to_eval_py(run):
@@ -165,6 +153,27 @@ def test_tasks_run_through_the_harness(run, tmp_path):
              == i["answer"] for i in items]
     assert float(cells[cells.index("acc") + 2]) == pytest.approx(sum(right) / 3, abs=1e-4)
 
+
+
+def harness_table(cmd, env):
+    p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    rows = [[c.strip() for c in line.split("|")] for line in p.stdout.splitlines() if "|acc" in line.replace(" ", "")]
+    return {r[5]: float(r[7]) for r in rows}  # metric -> value
+
+
+def test_the_standard_harness_model_scores_an_export_as_eval_py_does(run, tmp_path):
+    # lm-evaluation-harness's own `--model hf` on the exported folder, against eval.py --tasks (our
+    # adapter) on the checkpoint: the same accuracies on the same items
+    pytest.importorskip("transformers")
+    ckpt, export = run
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf"), "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
+    hf = harness_table([sys.executable, "-m", "lm_eval", "--model", "hf", "--model_args",
+                        f"pretrained={export},trust_remote_code=True", "--tasks", "shakespeare_mc", "--include_path",
+                        "tasks", "--limit", "40", "--device", "cpu", "--batch_size", "1"], env)
+    ours = harness_table([sys.executable, "eval.py", ckpt, "--tasks=shakespeare_mc", "--include_path=tasks",
+                          "--limit=40"], env)
+    assert hf == ours and set(hf) == {"acc", "acc_norm"}
 
 
 def test_an_unknown_task_is_one_line(run, monkeypatch, capsys):
