@@ -68,6 +68,27 @@ def recall_column(path):
     return out
 
 
+def same_cache(path):
+    """E5, once its logs exist: LRKV (r=7) against GQA (kv=2) at nearly the same cache, paired by
+    seed; a family of one."""
+    if not glob.glob(os.path.join(path, "*", "log.jsonl")):
+        return None
+    runs = load_runs([path])
+    step = max(r["step"][-1] for r in runs if len(r["step"]))
+    lrkv, gqa = (final_losses([r for r in runs if r["attn"] == a], step) for a in ("lrkv", "gqa"))
+    r = paired_t([lrkv[k] - gqa[k] for k in sorted(lrkv) if k in gqa])
+    family([r])
+    cfg = {x["attn"]: x["config"] for x in runs}
+    return (f"At the same cache (E5): LRKV with r={cfg['lrkv']['lrkv_rank']} ({cache_pct(runs, 'lrkv')} of MHA's) "
+            f"minus GQA with {cfg['gqa']['n_kv_head']} K/V heads ({cache_pct(runs, 'gqa')}), {r['pairs']} seeds: "
+            f"{cell(r)} (TOST p {r['tost']:.2g}).")
+
+
+def cache_pct(runs, attn):
+    h = next(r["header"] for r in runs if r["attn"] == attn)
+    return f"{100 * h['kv_bytes_per_token'] / h['mha_kv_bytes_per_token']:.1f}%"
+
+
 def verdict(root=RUNS):
     """The table as Markdown, and the note under it."""
     e1 = load_runs([os.path.join(root, "e1")])
@@ -97,4 +118,5 @@ def verdict(root=RUNS):
             "validation plays. "
             f"Corrected as one family of all {len(tests)} tests instead, {len(drop)} established marks would "
             f"drop: {', '.join(drop) or 'none'}.")
-    return render(head, body), note
+    e5 = same_cache(os.path.join(root, "e5"))
+    return render(head, body) + (f"\n\n{e5}" if e5 else ""), note

@@ -66,3 +66,13 @@ def test_a_changed_log_changes_the_verdict(tmp_path):
     before, after = rows(verdict.verdict(os.path.join(ROOT, "docs", "runs"))[0]), rows(verdict.verdict(str(root))[0])
     assert before["LRKV"][1] != after["LRKV"][1] and before["MLA"][1] == after["MLA"][1]
     assert float(after["LRKV"][1].split()[0]) == pytest.approx(float(before["LRKV"][1].split()[0]) + 0.01, abs=1e-4)
+
+
+def test_e5_on_the_page_is_what_its_logs_give(tmp_path):
+    # docs/results.md's E5 row and docs/runs/e5/pareto.md, re-made from the logs
+    assert plot.main([os.path.join(ROOT, "docs", "runs", "e5"), "--pareto", "--out", str(tmp_path)]) == 0
+    made = (tmp_path / "pareto.md").read_text()
+    assert made == open(os.path.join(ROOT, "docs", "runs", "e5", "pareto.md")).read()
+    row = next(line for line in made.splitlines() if line.startswith("| LRKV r=7 - GQA kv=2 |"))
+    page = open(os.path.join(ROOT, "docs", "results.md")).read().split("## E5.")[1].split("\n## ")[0]
+    assert row in page
