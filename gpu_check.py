@@ -41,7 +41,9 @@ A --budget other than 480 scales every limit with it. The parts, in order:
 - decode: tokens/s and the GB/s of what a step reads at 8K, batch 1 eager, compiled and as a CUDA
   graph, and batch 32 compiled (bench.decode_bench);
 - variants: MLA at DeepSeek's widths and the factored LRKV, as the designs' rows;
-- 512m-8k: MHA and LRKV at the figure's 8K-context shape.
+- 512m-8k: MHA and LRKV at the figure's 8K-context shape;
+- memory, only when asked (--only=memory): each design's whole 512m-8k model, peak memory of two
+  eager training steps against flops.memory_per_gpu.
 """
 import argparse
 import json
@@ -62,8 +64,8 @@ from muon import newton_schulz_dtype, optimizers
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 PHASE_CMD = [sys.executable, os.path.abspath(__file__)]  # how phase() starts a phase's process
-PARTS = ["designs", "runs", "tokens", "decode", "variants", "512m-8k"]  # in the order they run
-DEFAULT = [x for x in PARTS if x != "variants"]  # what fits the budget
+PARTS = ["designs", "runs", "tokens", "decode", "variants", "512m-8k", "memory"]  # in the order they run
+DEFAULT = [x for x in PARTS if x not in ("variants", "memory")]  # what fits the budget
 
 
 def arguments(argv=None):
@@ -122,6 +124,27 @@ def sdpa_kernels(f):
     ops = {e.key for e in prof.key_averages() if "scaled_dot_product" in e.key}
     found = [k for k in ("flash", "efficient", "cudnn", "math") if any(k in op for op in ops)]
     return "+".join(found) or "none (matmuls)"
+
+
+def memory(attn):
+    """The figure's whole model, 512m-8k's 24 layers at batch 1 x 8192 (the paper's per-GPU batch
+    on 4 GPUs), two eager training steps under bf16 autocast with train.py's optimisers: the peak
+    memory allocated against flops.memory_per_gpu's estimate, in GiB."""
+    cfg = preset("cpu" if dry else "512m-8k", attn=attn, **shape)
+    torch.manual_seed(0)
+    model = GPT(cfg).to(device)
+    opts = optimizers(model, ns_dtype)
+    x = torch.randint(0, cfg.vocab_size, (1, cfg.block_size), device=device)
+    if not dry:
+        torch.cuda.reset_peak_memory_stats()
+    for _ in range(2):
+        with autocast:
+            model(x, x)[1].backward()
+        for o in opts:
+            o.step()
+        model.zero_grad(set_to_none=True)
+    peak = None if dry else torch.cuda.max_memory_allocated() / 2**30
+    return f"| {attn} | {fmt(peak, '.1f')} | {flops.memory_per_gpu(cfg, 1, 1, False) / 2**30:.1f} |"
 
 
 def check(attn, size=None, **variant):
@@ -466,6 +489,14 @@ def main(argv=None):
     if "512m-8k" in args.only:
         say(f"\nthe figure's shape, 512m-8k, batch 1 x 8192{', 2 of its 24 layers' if not dry else ' (dry: the tiny shape)'}:\n")
         design_rows([(f"{a} 512m-8k", a, {}) for a in ("mha", "lrkv")], size=("512m-8k", 1))
+    if "memory" in args.only:  # asked for: its five phases do not fit the default budget
+        say(f"\nmemory, the whole 512m-8k model{' (dry: the tiny shape)' if dry else ''}, batch 1 x 8192, "
+            "two eager bf16 steps with train.py's optimisers:\n")
+        say("| design | peak GiB | estimate GiB (flops.memory_per_gpu) |")
+        say("|---|---|---|")
+        for a in DESIGNS:
+            r = phase(f"memory {a}", 40, memory, a)
+            say(r if not isinstance(r, Stopped) else f"| {a} | {r} |")
     say(f"\n({time.time() - t_start:.0f} s; written to {os.path.join(args.out, 'results.md')})")
 
 

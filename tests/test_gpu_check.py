@@ -126,3 +126,11 @@ def test_the_decode_prefill_makes_the_last_logits_only(monkeypatch):
     bench.decode_bench(cfg, (64,), steps=1, warmup=0, batch=2, designs=("mha", "mla"))
     prefills = [s for s in seen if s[0] > 1]
     assert len(prefills) == 2 and all(last for _, last in prefills)
+
+
+def test_the_memory_table_when_asked(tmp_path):
+    # validate.sh's memory phase, now gpu_check's: a row per design, measured peak beside the estimate
+    p = gpu_check("--dry", f"--out={tmp_path}", "--only=memory")
+    assert p.returncode == 0, p.stderr[-3000:]
+    rows = [line for line in p.stdout.splitlines() if re.match(r"\| (mha|lrkv|mla|gqa|mqa) \| n/a \| [\d.]+ \|$", line)]
+    assert len(rows) == 5 and "| design | peak GiB |" in p.stdout
