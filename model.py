@@ -215,6 +215,9 @@ PRESETS = {
     "6.3b": dict(n_layer=32, n_head=32, n_embd=4096, block_size=2048, n_kv_head=2, mla_kv_rank=1024, lrkv_rank=54),
     "cpu": dict(n_layer=4, n_head=4, n_embd=128, block_size=256, vocab_size=320, n_kv_head=2, mla_kv_rank=32, lrkv_rank=13,
                 attn_scale=2.0),
+    # MQAR (config/mqar.py): the cpu preset's scale, and every design at model.py's default for the
+    # width, so a --n_embd sweep keeps each design's setting in proportion to d_h
+    "mqar": dict(n_layer=2, n_head=4, n_embd=64, block_size=128, vocab_size=256, attn_scale=2.0),
 }
 
 

@@ -3,13 +3,9 @@
 # d_model 64; 16 key-value pairs in sequences of 128 over a vocabulary of 256, fresh examples
 # every step. Accuracy is argmax at the answers; the plan and results are in docs/.
 #   python train.py config/mqar.py --attn=gqa --mqar_pairs=32 --n_embd=128
-preset = "cpu"
+preset = "mqar"  # 2 layers, 4 heads, d_model 64, sequences of 128, vocabulary 256; each design at
+                 # its default for the width: GQA 2 K/V heads, LRKV r = round(0.4 d_h), MLA d_c = d_h
 dataset = "mqar"
-n_layer = 2
-n_head = 4
-n_embd = 64
-block_size = 128
-vocab_size = 256
 mqar_pairs = 16
 mqar_alpha = 0.01
 batch_size = 32

@@ -224,3 +224,16 @@ def test_eval_recall_and_induction_on_a_checkpoint(tmp_path):
         assert table[8][col] == f"{recall.score(evaluation.longer(model, T), x, y)[1]:.3f}"
     first, second = evaluation.induction(model, 64, 8, 32)
     assert f"first copy {first:.4f} nats, second copy {second:.4f}" in p.stdout
+
+
+@pytest.mark.parametrize("width", [32, 64, 128])
+def test_the_mqar_config_gives_every_design_its_default_for_the_width(width):
+    # it took the cpu preset's LRKV r=13 and MLA d_c=32, which E4's plan does not (and r=13 > d_h at 32)
+    import runpy
+    from model import preset
+    c = runpy.run_path(os.path.join(ROOT, "config", "mqar.py"))
+    d_h = width // c.get("n_head", 4)
+    cfg = lambda attn: preset(c["preset"], attn=attn, n_embd=width)  # noqa: E731
+    assert cfg("lrkv").lrkv_rank == round(0.4 * d_h) and cfg("mla").mla_kv_rank == d_h
+    assert cfg("mla").mla_rope_dim == d_h // 2 and cfg("gqa").n_kv_head == 2 and cfg("mha").n_layer == 2
+    assert cfg("mha").block_size == 128 and cfg("mha").vocab_size == 256 and cfg("mha").attn_scale == 2.0
