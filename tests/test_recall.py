@@ -237,3 +237,17 @@ def test_the_mqar_config_gives_every_design_its_default_for_the_width(width):
     assert cfg("lrkv").lrkv_rank == round(0.4 * d_h) and cfg("mla").mla_kv_rank == d_h
     assert cfg("mla").mla_rope_dim == d_h // 2 and cfg("gqa").n_kv_head == 2 and cfg("mha").n_layer == 2
     assert cfg("mha").block_size == 128 and cfg("mha").vocab_size == 256 and cfg("mha").attn_scale == 2.0
+
+
+def test_reproduce_sh_lists_the_recall_grid():
+    env = {**os.environ, "SWEEP": "recall", "DRY": "1", "DESIGNS": "mha lrkv", "WIDTHS": "32 64", "PAIRS": "8",
+           "LRS": "1 2", "SEEDS": "5"}
+    p = subprocess.run(["bash", "reproduce.sh"], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    cmds = p.stdout.splitlines()
+    names = [c.split("--run_name=")[1].split()[0] for c in cmds]
+    assert names == [f"{a}_d{w}_p8_lr{m}_s5" for a in ("mha", "lrkv") for w in (32, 64) for m in (1, 2)]
+    assert all(c.startswith("train.py config/mqar.py --attn=") and "--out_dir=out/recall" in c for c in cmds)
+    assert "--attn=lrkv --n_embd=64 --mqar_pairs=8 --matrix_lr=0.04 --seed=5" in cmds[-1]
+    p = subprocess.run(["bash", "reproduce.sh"], cwd=ROOT, env={**env, "PAIRS": "8x"}, capture_output=True, text=True)
+    assert p.returncode == 2 and p.stderr.startswith("error: ")
