@@ -334,11 +334,12 @@ def draw_recall(rows):
 def recall_tables(cells, rows):
     steps = lambda r: ", ".join("never" if s is None else str(s) for s in r["first"])
     head = ["d_model", "pairs", "design", "KV B/tok", "rate (x paper)", "seeds", "test accuracy", "min-max",
-            "solved", "first step at 0.99", *gap_head("Δ MHA")[:-1]]
+            "solved", "first step at 0.99", *gap_head("Δ MHA")[:-1], "validation accuracy"]
     body = [[str(r["width"]), str(r["kv_pairs"]), r["label"], fmt(r["kv"], ".0f"),
              fmt(r["lr"] / PAPER_MATRIX_LR, ".3g") + (" chosen" if r["rates"] > 1 else ""), str(r["n"]),
              fmt(r["mean"], ".3f"), f"{r['lo_acc']:.3f}-{r['hi_acc']:.3f}", f"{r['solved']}/{r['n']}", steps(r),
-             *(gap(r)[:7] if r["attn"] != "mha" else ["-"] * 7)] for r in rows]
+             *(gap(r)[:7] if r["attn"] != "mha" else ["-"] * 7), fmt(mean_of(r["runs"], "val_acc"), ".3f")]
+            for r in rows]
     small = smallest_cache(rows)
     pairs = sorted({r["kv_pairs"] for r in rows})
     body2 = [[DESIGNS[a].label, *(fmt(small.get((a, p)), ".0f") for p in pairs)]

@@ -162,7 +162,8 @@ def test_plot_recall_tabulates_known_answers(tmp_path, capsys):
     row = lambda label: next(l for l in md.splitlines() if l.startswith(f"| 64 | 16 | {label} |")).split("|")[1:-1]
     m, g = [c.strip() for c in row("Standard MHA")], [c.strip() for c in row("GQA")]
     assert m[3] == "1024" and m[4] == "1" and m[7] == "0.995-1.000"
-    assert m[6] == "0.998" and m[8] == "3/3" and m[9] == "200, 200, 200"
+    assert m[6] == "0.998" and m[8] == "3/3" and m[9] == "200, 200, 200" and m[-1] == "0.990"  # validation
+    assert g[-1] == "0.900"  # the chosen rate's validation accuracy
     assert g[4] == "1 chosen" and g[6] == "0.798" and g[8] == "0/3" and g[9] == "never, never, never"
     d = np.array(gqa) - np.array(mha)  # -0.1, -0.2, -0.3
     se = d.std(ddof=1) / math.sqrt(3)
