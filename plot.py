@@ -126,8 +126,8 @@ def load_run(path):
         more = " ..." if len(bad) > 5 else ""
         warn(f"{path}: skipped unreadable line(s) {', '.join(map(str, bad[:5]))}{more}")
     config = header.get("config") if isinstance(header.get("config"), dict) else {}
-    # fields that logs written before they existed lack, as their default then was
-    config.setdefault("lrkv_factored", False)
+    # fields older logs lack, as their default then was (text runs carry the MQAR knobs, unused)
+    config = {"lrkv_factored": False, "mqar_alpha": 0.01, "mqar_examples": 1024, **config}
     if "mlp_hidden" not in config and isinstance(config.get("n_embd"), int):
         config["mlp_hidden"] = 4 * config["n_embd"]
     # the test text: logs from before the val/test split scored the opening of val.bin (Hamlet)
