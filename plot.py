@@ -352,13 +352,13 @@ def figure_mode(runs, x="tokens", seeds=False, xmin=0.1):
     return fig, results_table(rows), notes, (f"figure_{x}", "results.md")
 
 
-def deltas(runs):
-    """{design: its final test loss minus MHA's, seed by seed} at the runs' last eval step."""
+def deltas(runs, split="test"):
+    """{design: its final loss on split minus MHA's, seed by seed} at the runs' last eval step."""
     step = max((r["step"][-1] for r in runs if len(r["step"])), default=None)
-    base = final_losses([r for r in runs if r["attn"] == "mha"], step)
+    base = final_losses([r for r in runs if r["attn"] == "mha"], step, split)
     out = {}
     for attn in DESIGNS:
-        own = final_losses([r for r in runs if r["attn"] == attn], step)
+        own = final_losses([r for r in runs if r["attn"] == attn], step, split)
         if attn != "mha" and own:
             out[attn] = [own[k] - base[k] for k in sorted(own) if k in base]
     return out

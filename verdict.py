@@ -14,21 +14,15 @@ import numpy as np
 
 from common import DESIGNS
 from plot import deltas, load_runs, summarize
-from stats import family, final_losses, holm, paired_t, render, welch
-from sweeps import lr_sweep, recall_cells, recall_rows
+from stats import family, holm, paired_t, render, welch
+from sweeps import budget_pairs, lr_sweep, recall_cells, recall_rows, sweep
 
 RUNS = "docs/runs"
 
 
 def paired(runs, split):
     """Each design's paired Δ MHA in final loss on split, its family corrected: {attn: paired_t}."""
-    step = max(r["step"][-1] for r in runs if len(r["step"]))
-    base = final_losses([r for r in runs if r["attn"] == "mha"], step, split)
-    out = {}
-    for attn in DESIGNS:
-        own = final_losses([r for r in runs if r["attn"] == attn], step, split)
-        if attn != "mha" and own:
-            out[attn] = paired_t([own[k] - base[k] for k in sorted(own) if k in base])
+    out = {attn: paired_t(d) for attn, d in deltas(runs, split).items()}
     family(list(out.values()))
     return out
 
@@ -73,20 +67,12 @@ def same_cache(path):
     seed; a family of one."""
     if not glob.glob(os.path.join(path, "*", "log.jsonl")):
         return None
-    runs = load_runs([path])
-    step = max(r["step"][-1] for r in runs if len(r["step"]))
-    lrkv, gqa = (final_losses([r for r in runs if r["attn"] == a], step) for a in ("lrkv", "gqa"))
-    r = paired_t([lrkv[k] - gqa[k] for k in sorted(lrkv) if k in gqa])
-    family([r])
-    cfg = {x["attn"]: x["config"] for x in runs}
-    return (f"At the same cache (E5): LRKV with r={cfg['lrkv']['lrkv_rank']} ({cache_pct(runs, 'lrkv')} of MHA's) "
-            f"minus GQA with {cfg['gqa']['n_kv_head']} K/V heads ({cache_pct(runs, 'gqa')}), {r['pairs']} seeds: "
-            f"{cell(r)} (TOST p {r['tost']:.2g}).")
-
-
-def cache_pct(runs, attn):
-    h = next(r["header"] for r in runs if r["attn"] == attn)
-    return f"{100 * h['kv_bytes_per_token'] / h['mha_kv_bytes_per_token']:.1f}%"
+    # the pair `plot.py docs/runs/e5 --pareto` tests, as it pairs settings at nearly equal cache
+    r, = family(budget_pairs(sweep(load_runs([path]))))
+    a, b = r["a"], r["b"]
+    return (f"At the same cache (E5): {a['label']} with {a['setting']} ({a['kv_pct']:.1%} of MHA's) minus "
+            f"{b['label']} with {b['setting']} ({b['kv_pct']:.1%}), {r['pairs']} seeds: {cell(r)} "
+            f"(TOST p {r['tost']:.2g}).")
 
 
 def verdict(root=RUNS):
