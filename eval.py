@@ -148,8 +148,9 @@ def main(argv=None):
     dtype = resolve_dtype(args.dtype, device)
     amp = autocast(device, dtype)
     runs = sorted(glob.glob(os.path.join(args.checkpoint, "*", "ckpt.pt")))
+    reports = args.tasks or args.export or args.recall or args.induction  # besides --heads and --sample
     if runs:  # a folder of runs
-        if not args.heads or args.sample is not None or args.tasks or args.export or args.recall or args.induction:
+        if not args.heads or args.sample is not None or reports:
             fail(f"{args.checkpoint} is a folder of runs: only --heads reads them all; "
                  "name one run's ckpt.pt for the rest")
         return print_heads_of_runs(runs, device)
@@ -172,8 +173,7 @@ def main(argv=None):
         print_recall(model, meta, args)
     if args.induction:
         print_induction(model, tok, args)
-    if args.sample is None and not (args.heads or args.tasks or args.export or args.recall or args.induction):
-        # the default: test loss
+    if args.sample is None and not (args.heads or reports):  # the default: test loss
         print_test_loss(model, meta, tok, amp, args, device)
 
 
@@ -322,6 +322,7 @@ def print_recall(model, meta, args):
           f"'-' where the pairs do not fit (length >= 4 pairs, 2 pairs <= vocab_size {V} / 2):")
     print("| pairs | " + " | ".join(f"length {L}" for L in lengths) + " |")
     print("|---:|" + "---:|" * len(lengths))
+    models = {L: longer(model, L) for L in lengths}  # one model a length, not one a cell
     for n in counts:
         cells = []
         for L in lengths:
@@ -330,7 +331,7 @@ def print_recall(model, meta, args):
             except ValueError:
                 cells.append("-")
                 continue
-            cells.append(f"{recall.score(longer(model, L), x, y, args.batch_size)[1]:.3f}")
+            cells.append(f"{recall.score(models[L], x, y, args.batch_size)[1]:.3f}")
         print(f"| {n} | " + " | ".join(cells) + " |")
 
 

@@ -65,8 +65,9 @@ def score(model, x, y, batch_size=64):
         xb, yb = x[i:i + batch_size].to(device), y[i:i + batch_size].to(device)
         logits, _ = model(xb)  # (B, T, V)
         keep = yb != IGNORE
-        nats += F.cross_entropy(logits[keep].float(), yb[keep], reduction="sum").item()
-        hits += (logits[keep].argmax(-1) == yb[keep]).sum().item()
-        answers += keep.sum().item()
+        at, want = logits[keep].float(), yb[keep]  # (answers, V), (answers,)
+        nats += F.cross_entropy(at, want, reduction="sum").item()
+        hits += (at.argmax(-1) == want).sum().item()
+        answers += len(want)
     model.train(was_training)
     return nats / answers, hits / answers
