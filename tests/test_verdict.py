@@ -76,3 +76,19 @@ def test_e5_on_the_page_is_what_its_logs_give(tmp_path):
     row = next(line for line in made.splitlines() if line.startswith("| LRKV r=7 - GQA kv=2 |"))
     page = open(os.path.join(ROOT, "docs", "results.md")).read().split("## E5.")[1].split("\n## ")[0]
     assert row in page
+
+
+def test_recall_column_waits_for_the_whole_grid_then_averages_its_cells(tmp_path):
+    from test_recall import mqar_log
+    # one cell, 3 seeds: MHA solves; MQA 0.6, 0.589, 0.578 behind (established), the rest equal MHA
+    for s in range(3):
+        for attn in verdict.DESIGNS:
+            acc = 0.4 + 0.01 * s if attn == "mqa" else 1.0 - 0.001 * s
+            mqar_log(tmp_path / f"{attn}_s{s}", attn, 32, 8, 0.02, s, [0.0, acc], 0.9, 64)
+    e4 = verdict.recall_column(str(tmp_path))
+    assert e4["mqa"] == "-0.589 mean over 1 cells; behind in 1, ahead in 0 (established)"
+    assert e4["gqa"] == "+0.000 mean over 1 cells; behind in 0, ahead in 0 (established)"
+    (tmp_path / "gqa_s2" / "log.jsonl").unlink()  # a seed still running: no half table
+    os.rmdir(tmp_path / "gqa_s2")
+    assert verdict.recall_column(str(tmp_path))["mqa"] == "pending (14 runs in)"
+    assert verdict.recall_column(str(tmp_path / "none")) == {}
