@@ -47,14 +47,14 @@ def cell(r, margin=True):
 
 
 def recall_column(path):
-    """E4, once its logs exist: per design, the mean over cells of its paired Δ MHA in test accuracy
-    and how many of its cells are established behind or ahead (Holm over the grid)."""
+    """E4, once its whole grid is logged: per design, the mean over cells of its paired Δ MHA in test
+    accuracy and how many of its cells are established behind or ahead (Holm over the grid)."""
     if not glob.glob(os.path.join(path, "*", "log.jsonl")):
         return {}
     every = recall_rows(recall_cells(load_runs([path])))
     cells, seeds = {(r["width"], r["kv_pairs"]) for r in every}, {r["n"] for r in every}
     if len(every) < len(DESIGNS) * len(cells) or seeds != {E4_SEEDS}:  # runs still coming in: no half table
-        return {attn: f"pending ({sum(r['n'] for r in every)} runs in)" for attn in DESIGNS}
+        return {}
     rows = [r for r in every if r["attn"] != "mha"]
     out = {}
     for attn in DESIGNS:
