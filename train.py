@@ -33,7 +33,7 @@ import track
 from common import (autocast, device_memory, device_name, fail, native_bf16, resolve_device,
                     resolve_dtype)
 from eval import evaluate
-from model import GPT, GPTConfig, preset as model_preset
+from model import GPT, PRESETS, GPTConfig, preset as model_preset
 from prepare import load_split, prepare, read_meta, windows
 from tokenizer import get_tokenizer
 
@@ -160,11 +160,12 @@ try:
     tok = get_tokenizer(tokenizer)
     overrides = {k: globals()[k] for k in asdict(GPTConfig())
                  if k in config_keys and globals()[k] is not None}
-    # padded for fast matmuls
-    overrides.setdefault("vocab_size", math.ceil(tok.vocab_size / 64) * 64)
+    mqar = dataset == "mqar"
+    # a text's vocabulary is its tokenizer's, padded for fast matmuls; MQAR's tokens are the preset's
+    if not (mqar and "vocab_size" in PRESETS.get(preset, {})):
+        overrides.setdefault("vocab_size", math.ceil(tok.vocab_size / 64) * 64)
     model_config = model_preset(preset, **overrides)
     flops.accounting(model_config)  # a design flops.py has no formulas for is refused now
-    mqar = dataset == "mqar"
     if mqar:
         recall.check(model_config.block_size, mqar_pairs, model_config.vocab_size)
 except ValueError as e:

@@ -126,6 +126,21 @@ def test_train_on_mqar_logs_accuracy_and_scores_the_fixed_sets(tmp_path):
         assert score[f"{split}_acc"] == pytest.approx(acc) and score[f"{split}_loss"] == pytest.approx(loss)
 
 
+def test_mqar_runs_at_the_presets_vocabulary(tmp_path):
+    # train.py padded the byte tokenizer's vocabulary (320) over the preset's, so E4 ran at 320 where
+    # the preset said 256: a preset's vocabulary, changed here to 128, is what the run uses
+    flags = ["config/mqar.py", f"--out_dir={tmp_path}", "--run_name=r", "--n_embd=32", "--block_size=64",
+             "--mqar_pairs=8", "--batch_size=8", "--total_batch_tokens=512", "--max_iters=1", "--eval_interval=1",
+             "--mqar_examples=8", "--warmup_iters=1"]
+    code = ("import runpy, sys, model; model.PRESETS['mqar']['vocab_size'] = 128; "
+            f"sys.argv = ['train.py'] + {flags!r}; runpy.run_path('train.py', run_name='__main__')")
+    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert p.returncode == 0, p.stderr[-2000:]
+    header = json.loads(open(tmp_path / "r" / "log.jsonl").readline())
+    assert header["config"]["vocab_size"] == 128
+
+
 def test_mqar_that_does_not_fit_is_one_line(tmp_path):
     p = run(tmp_path, "--mqar_pairs=17")
     assert p.returncode == 2 and p.stderr.startswith("error: ") and "seq_len=64" in p.stderr
@@ -237,7 +252,7 @@ def test_the_mqar_config_gives_every_design_its_default_for_the_width(width):
     cfg = lambda attn: preset(c["preset"], attn=attn, n_embd=width)  # noqa: E731
     assert cfg("lrkv").lrkv_rank == round(0.4 * d_h) and cfg("mla").mla_kv_rank == d_h
     assert cfg("mla").mla_rope_dim == d_h // 2 and cfg("gqa").n_kv_head == 2 and cfg("mha").n_layer == 2
-    assert cfg("mha").block_size == 128 and cfg("mha").vocab_size == 256 and cfg("mha").attn_scale == 2.0
+    assert cfg("mha").block_size == 128 and cfg("mha").vocab_size == 320 and cfg("mha").attn_scale == 2.0
 
 
 def test_reproduce_sh_lists_the_recall_grid():
