@@ -217,7 +217,7 @@ PRESETS = {
                 attn_scale=2.0),
     # MQAR (config/mqar.py): the cpu preset's scale, and every design at model.py's default for the
     # width, so a --n_embd sweep keeps each design's setting in proportion to d_h. Vocabulary 320:
-    # what E4 ran with (train.py padded the byte tokenizer's over the 256 this preset first named)
+    # what E4 ran with (docs/results.md)
     "mqar": dict(n_layer=2, n_head=4, n_embd=64, block_size=128, vocab_size=320, attn_scale=2.0),
 }
 

@@ -108,7 +108,7 @@ def verdict(root=RUNS):
             "neither. E1 and E3b score the test plays, E1's validation column the same models on the "
             "validation plays. "
             + ("E4: Δ in final MQAR test accuracy (recall of a key's value), the mean over its cells "
-               "(d_model × pairs), 3 seeds a cell, each design at the rate E4r chose on validation; "
+               f"(d_model × pairs), {E4_SEEDS} seeds a cell, each design at the rate E4r chose on validation; "
                "behind and ahead count cells established, Holm over all of E4's cells. " if recall else "") +
             f"Corrected as one family of all {len(tests)} tests instead, {len(drop)} established marks would "
             f"drop: {', '.join(drop) or 'none'}.")
