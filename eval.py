@@ -21,6 +21,7 @@ import json
 import math
 import os
 
+import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -172,7 +173,7 @@ def main(argv=None):
     if args.recall:
         print_recall(model, meta, args)
     if args.induction:
-        print_induction(model, tok, args)
+        print_induction(model, meta, tok, args)
     if args.sample is None and not (args.heads or reports):  # the default: test loss
         print_test_loss(model, meta, tok, amp, args, device)
 
@@ -212,7 +213,8 @@ def arguments(argv):
     p.add_argument("--recall", action="store_true",
                    help="MQAR accuracy (recall.py) at pair counts around the training's and lengths up to 4x")
     p.add_argument("--induction", action="store_true",
-                   help="loss on the first and second copy of random token sequences repeated once")
+                   help="loss on the first and second copy of random sequences, of tokens the training split "
+                   "holds, repeated once")
     p.add_argument("--examples", type=count, default=256, help="--recall, --induction: sequences a cell")
     p.add_argument("--export", metavar="DIR",
                    help="write a transformers folder: AutoModelForCausalLM.from_pretrained(DIR) loads it")
@@ -336,12 +338,12 @@ def print_recall(model, meta, args):
 
 
 @torch.no_grad()
-def induction(model, eot, n=64, length=100, seed=0, batch_size=8):
+def induction(model, ids, n=64, length=100, seed=0, batch_size=8):
     """Mean loss (nats) predicting the first and the second copy of n random sequences of length
-    tokens (ids below eot) repeated once, each from an empty context. The first token of each copy
-    is left out: nothing before it says what it is."""
+    tokens (drawn from ids, a 1-D tensor) repeated once, each from an empty context. The first token
+    of each copy is left out: nothing before it says what it is."""
     g = torch.Generator().manual_seed(seed)
-    r = torch.randint(0, eot, (n, length), generator=g)
+    r = ids[torch.randint(0, len(ids), (n, length), generator=g)]
     x = torch.cat([r, r], dim=1).to(model.lm_head.weight.device)  # (n, 2·length)
     first = second = 0.0
     model.eval()
@@ -353,12 +355,28 @@ def induction(model, eot, n=64, length=100, seed=0, batch_size=8):
     return first / (n * (length - 1)), second / (n * (length - 1))
 
 
-def print_induction(model, tok, args):
+def seen_ids(train_config, eot):
+    """The ids below eot that the run's training split holds, or all of them where it has none on
+    this machine (MQAR makes its data on the fly). A byte model of Shakespeare never sees most of
+    the 256 bytes and its output layer gives them almost no probability, so sequences of them would
+    measure that layer, not the copying the induction score is after."""
+    from prepare import load_split
+    tc = train_config
+    try:
+        split = load_split(os.path.join(tc["data_dir"], f"{tc['dataset']}_{tc['tokenizer']}"), "train")
+    except (FileNotFoundError, ValueError):
+        return torch.arange(eot)
+    counts = sum(np.bincount(s, minlength=eot)[:eot] for s in (split if isinstance(split, list) else [split]))
+    return torch.from_numpy(np.flatnonzero(counts))
+
+
+def print_induction(model, meta, tok, args):
     length = min(100, model.cfg.block_size // 2)
-    first, second = induction(model, min(tok.eot, model.cfg.vocab_size), args.examples, length, args.seed, args.batch_size)
+    ids = seen_ids(meta["train_config"], min(tok.eot, model.cfg.vocab_size))
+    first, second = induction(model, ids, args.examples, length, args.seed, args.batch_size)
     print(f"induction, {args.checkpoint} ({model.cfg.attn}): {args.examples} random sequences of {length} "
-          f"tokens, repeated once: first copy {first:.4f} nats, second copy {second:.4f}, "
-          f"drop {first - second:.4f}")
+          f"tokens from {len(ids)} ids, repeated once: first copy {first:.4f} nats, second copy "
+          f"{second:.4f}, drop {first - second:.4f}")
 
 
 def print_test_loss(model, meta, tok, amp, args, device):

@@ -219,8 +219,30 @@ class Oracle(torch.nn.Module):
 
 def test_induction_scores_the_second_copy_against_the_first():
     import eval as evaluation
-    first, second = evaluation.induction(Oracle(64, 20), eot=64, n=6, length=20, batch_size=4)
+    first, second = evaluation.induction(Oracle(64, 20), torch.arange(64), n=6, length=20, batch_size=4)
     assert first == pytest.approx(math.log(64), rel=1e-6) and second < 1e-6
+
+
+def test_induction_draws_only_the_tokens_training_saw(tmp_path):
+    # random bytes a Shakespeare model never saw cost ~13 nats at the output layer whatever the
+    # attention does: the score draws from the training split's own tokens (results.md, Induction)
+    import eval as evaluation
+    (tmp_path / "a.txt").write_text("abba cab " * 400)
+    subprocess.run([sys.executable, "prepare.py", "text", f"--input={tmp_path}/a.txt", "--name=abc",
+                    f"--data_dir={tmp_path / 'data'}"], cwd=ROOT, check=True, capture_output=True)
+    tc = {"data_dir": str(tmp_path / "data"), "dataset": "abc", "tokenizer": "byte"}
+    ids = evaluation.seen_ids(tc, 256)
+    assert ids.tolist() == sorted(b"abc ")
+    seen = []
+
+    class Recorder(Oracle):
+        def forward(self, x):
+            seen.append(x)
+            return super().forward(x)
+
+    evaluation.induction(Recorder(256, 20), ids, n=6, length=20, batch_size=4)
+    assert set(torch.cat(seen).unique().tolist()) == set(b"abc ")
+    assert evaluation.seen_ids({**tc, "dataset": "mqar"}, 64).tolist() == list(range(64))  # no split: all
 
 
 def test_eval_recall_and_induction_on_a_checkpoint(tmp_path):
@@ -238,7 +260,7 @@ def test_eval_recall_and_induction_on_a_checkpoint(tmp_path):
     for col, T in enumerate((64, 128)):  # the training length, and twice it (RoPE tables made longer)
         x, y = recall.mqar(8, T, 8, 64, recall.split_seed("test"))
         assert table[8][col] == f"{recall.score(evaluation.longer(model, T), x, y)[1]:.3f}"
-    first, second = evaluation.induction(model, 64, 8, 32)
+    first, second = evaluation.induction(model, torch.arange(64), 8, 32)
     assert f"first copy {first:.4f} nats, second copy {second:.4f}" in p.stdout
 
 
