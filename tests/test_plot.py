@@ -641,3 +641,26 @@ def test_each_design_at_its_own_rate(tmp_path, capsys):
     write(d / "lrkv_s3", [h] + step_lines("lrkv", LRKV))
     assert "lrkv_s3 (matrix_lr=0.04 not 0.028)" in refused([str(d), "--own_rates"], capsys)[0]
     assert "not allowed with argument" in refused([str(d), "--own_rates", "--lr"], capsys)[0]
+
+
+@pytest.mark.parametrize("folder, flag, table", [("e4", "--recall", "recall.md"),
+                                                 ("pareto_split", "--pareto", "pareto.md")])
+def test_the_committed_recall_and_sweep_tables_are_what_their_logs_give(tmp_path, monkeypatch, folder, flag,
+                                                                         table):
+    monkeypatch.chdir(os.path.join(os.path.dirname(__file__), ".."))
+    assert plot.main([f"docs/runs/{folder}", flag, "--out", str(tmp_path)]) == 0
+    md = (tmp_path / table).read_text()
+    assert md == open(f"docs/runs/{folder}/{table}").read()
+    if folder != "e4":
+        return
+    # results.md's E4 matrix, typed from that table: mean test accuracy (runs solved) per cell
+    page = open("docs/results.md").read().split("## E4.")[1].split("\n## ")[0]
+    names = {"Standard MHA": "MHA", "LRKV": "LRKV", "MLA": "MLA", "GQA": "GQA", "MQA": "MQA"}
+    want = {}
+    for row in md.splitlines():
+        c = [x.strip() for x in row.split("|")[1:-1]]
+        if len(c) > 8 and c[0].isdigit():  # d_model, pairs, design, KV, rate, seeds, accuracy, min-max, solved
+            want.setdefault(names[c[2]], []).append((int(c[0]), int(c[1]), f"{c[6]} ({c[8].split('/')[0]})"))
+    for design, cells_ in want.items():
+        line = next(r for r in page.splitlines() if r.startswith(f"| {design} ("))
+        assert [x.strip() for x in line.split("|")[3:-1]] == [v for *_, v in sorted(cells_)], design
