@@ -13,6 +13,7 @@ matplotlib.use("Agg")
 from matplotlib.colors import to_rgba
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import common  # noqa: E402
 import plot  # noqa: E402
 import stats  # noqa: E402
 import sweeps  # noqa: E402
@@ -643,24 +644,29 @@ def test_each_design_at_its_own_rate(tmp_path, capsys):
     assert "not allowed with argument" in refused([str(d), "--own_rates", "--lr"], capsys)[0]
 
 
-@pytest.mark.parametrize("folder, flag, table", [("e4", "--recall", "recall.md"),
-                                                 ("pareto_split", "--pareto", "pareto.md")])
+# E4s's table borrows E4m's MLA and GQA runs, which ran at the rate E4s gives every design
+@pytest.mark.parametrize("folder, flag, table, more, section", [
+    ("e4", "--recall", "recall.md", [], "## E4."),
+    ("e4s", "--recall", "recall.md", ["docs/runs/e4/mla_*", "docs/runs/e4/gqa_*"], "## E4s."),
+    ("pareto_split", "--pareto", "pareto.md", [], None)])
 def test_the_committed_recall_and_sweep_tables_are_what_their_logs_give(tmp_path, monkeypatch, folder, flag,
-                                                                         table):
+                                                                         table, more, section):
     monkeypatch.chdir(os.path.join(os.path.dirname(__file__), ".."))
-    assert plot.main([f"docs/runs/{folder}", flag, "--out", str(tmp_path)]) == 0
+    runs = [f"docs/runs/{folder}"] + [r for g in more for r in sorted(glob.glob(g))]
+    assert plot.main(runs + [flag, "--out", str(tmp_path)]) == 0
     md = (tmp_path / table).read_text()
     assert md == open(f"docs/runs/{folder}/{table}").read()
-    if folder != "e4":
+    if section is None:
         return
-    # results.md's E4 matrix, typed from that table: mean test accuracy (runs solved) per cell
-    page = open("docs/results.md").read().split("## E4.")[1].split("\n## ")[0]
-    names = {"Standard MHA": "MHA", "LRKV": "LRKV", "MLA": "MLA", "GQA": "GQA", "MQA": "MQA"}
+    # results.md's matrix, typed from that table: mean test accuracy (runs solved) per cell
+    page = open("docs/results.md").read().split(section)[1].split("\n## ")[0]
+    names = {d.label: d.label.split()[-1] for d in common.DESIGNS.values()}  # "Standard MHA" -> "MHA"
     want = {}
     for row in md.splitlines():
         c = [x.strip() for x in row.split("|")[1:-1]]
         if len(c) > 8 and c[0].isdigit():  # d_model, pairs, design, KV, rate, seeds, accuracy, min-max, solved
             want.setdefault(names[c[2]], []).append((int(c[0]), int(c[1]), f"{c[6]} ({c[8].split('/')[0]})"))
+    assert len(want) == 5
     for design, cells_ in want.items():
         line = next(r for r in page.splitlines() if r.startswith(f"| {design} ("))
         assert [x.strip() for x in line.split("|")[3:-1]] == [v for *_, v in sorted(cells_)], design
