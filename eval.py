@@ -355,18 +355,18 @@ def induction(model, ids, n=64, length=100, seed=0, batch_size=8):
     return first / (n * (length - 1)), second / (n * (length - 1))
 
 
-def seen_ids(train_config, eot):
+def seen_ids(cfg, eot):
     """The ids below eot that the run's training split holds, or all of them where it has none on
     this machine (MQAR makes its data on the fly). A byte model of Shakespeare never sees most of
     the 256 bytes and its output layer gives them almost no probability, so sequences of them would
     measure that layer, not the copying the induction score is after."""
     from prepare import load_split
-    tc = train_config
     try:
-        split = load_split(os.path.join(tc["data_dir"], f"{tc['dataset']}_{tc['tokenizer']}"), "train")
+        split = load_split(os.path.join(cfg["data_dir"], f"{cfg['dataset']}_{cfg['tokenizer']}"), "train")
     except (FileNotFoundError, ValueError):
         return torch.arange(eot)
-    counts = sum(np.bincount(s, minlength=eot)[:eot] for s in (split if isinstance(split, list) else [split]))
+    shards = split if isinstance(split, list) else [split]
+    counts = sum(np.bincount(s, minlength=eot)[:eot] for s in shards)
     return torch.from_numpy(np.flatnonzero(counts))
 
 
