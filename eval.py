@@ -355,6 +355,11 @@ def induction(model, ids, n=64, length=100, seed=0, batch_size=8):
     return first / (n * (length - 1)), second / (n * (length - 1))
 
 
+def dataset_dir(cfg):
+    """Where the run's training config says its prepared data live (train.py's dataset_dir)."""
+    return os.path.join(cfg["data_dir"], f"{cfg['dataset']}_{cfg['tokenizer']}")
+
+
 def seen_ids(cfg, eot):
     """The ids below eot that the run's training split holds, or all of them where it has none on
     this machine (MQAR makes its data on the fly). A byte model of Shakespeare never sees most of
@@ -362,7 +367,7 @@ def seen_ids(cfg, eot):
     measure that layer, not the copying the induction score is after."""
     from prepare import load_split
     try:
-        split = load_split(os.path.join(cfg["data_dir"], f"{cfg['dataset']}_{cfg['tokenizer']}"), "train")
+        split = load_split(dataset_dir(cfg), "train")
     except (FileNotFoundError, ValueError):
         return torch.arange(eot)
     shards = split if isinstance(split, list) else [split]
@@ -381,11 +386,10 @@ def print_induction(model, meta, tok, args):
 
 def print_test_loss(model, meta, tok, amp, args, device):
     from prepare import load_split
-    tc, T = meta["train_config"], model.cfg.block_size
-    data = os.path.join(tc["data_dir"], f"{tc['dataset']}_{tc['tokenizer']}")
+    T = model.cfg.block_size
     for split in ["val", "test"]:
         try:
-            tokens = load_split(data, split, T + 1)
+            tokens = load_split(dataset_dir(meta["train_config"]), split, T + 1)
         except (FileNotFoundError, ValueError) as e:
             fail(e)
         with amp:
