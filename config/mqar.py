@@ -6,7 +6,7 @@
 preset = "mqar"  # 2 layers, 4 heads, d_model 64, sequences of 128, vocabulary 320; each design at
                  # its default for the width: GQA 2 K/V heads, LRKV r = round(0.4 d_h), MLA d_c = d_h
 dataset = "mqar"
-mqar_pairs = 16
+mqar_pairs = [16]
 mqar_alpha = 0.01
 batch_size = 32
 total_batch_tokens = 32 * 128
