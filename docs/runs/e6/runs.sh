@@ -21,4 +21,6 @@ runs() {
 if [ -n "${DRY:-}" ]; then runs; exit 0; fi
 mkdir -p out
 runs | OMP_NUM_THREADS=1 xargs -P 2 -L 1 bash -c \
-  'python train.py config/mqar.py --out_dir=out/$0 --run_name=$1 --resume "${@:2}" > /dev/null 2>> out/$0.err || echo "$1 failed" >> out/$0.err'
+  'r=; [ -e out/$0/$1/log.jsonl ] && r=--resume  # a kill left it: finish it
+   python train.py config/mqar.py --out_dir=out/$0 --run_name=$1 $r "${@:2}" > /dev/null 2>> out/$0.err ||
+     echo "$1 failed" >> out/$0.err'
