@@ -40,35 +40,30 @@ from tokenizer import get_tokenizer
 # -----------------------------------------------------------------------------
 # run
 out_dir = "out"  # runs go to out_dir/run_name/
-run_name = ""  # default: {preset}_{attn}_s{seed}; not --run, which torchrun takes
-               # for its --run_path
-resume = False  # continue the run in out_dir/run_name from its checkpoint
-                # (or from step 0 if it has none)
+run_name = ""  # default: {preset}_{attn}_s{seed}; not --run, which torchrun takes for its --run_path
+resume = False  # continue the run in out_dir/run_name from its checkpoint (or from step 0 if it has none)
 seed = 0  # initialisation and batch order
 check = False  # check the flags, the shape and the memory, then exit, writing nothing
                # (reproduce.sh does, before its first run)
 # model: a preset's shape (model.PRESETS), any field overridden
 preset = "cpu"  # the shape, from model.PRESETS; the fields below override it
 attn = "mha"  # the KV design: mha, gqa, mqa, mla or lrkv
-n_layer = n_head = n_embd = block_size = vocab_size = None  # None = the preset's
-                                                            # (vocab: the data's, padded)
+n_layer = n_head = n_embd = block_size = vocab_size = None  # None = the preset's (vocab: the data's, padded)
 n_kv_head = lrkv_rank = mla_kv_rank = mla_rope_dim = mla_q_rank = None  # None = the preset's,
                                                                         # or model.py's default
 mla_deepseek = None  # MLA with DeepSeek's widths (d_n = d_h) and a learnable kv_norm weight
-lrkv_factored = None  # LRKV with RoPE on the shared key only, K_h = RoPE(K_s) + R B_hᵀ:
-                      # exact absorbed decode
+lrkv_factored = None  # LRKV with RoPE on the shared key only, K_h = RoPE(K_s) + R B_hᵀ: exact absorbed decode
 window = None  # attend to the last `window` tokens only (sliding window, any design); None/0 = all
 attn_scale = None  # multiplier of the QK-normed designs' softmax scale 1/√d_h
                    # (cpu preset 2.0, paper presets 1.0)
 mlp_hidden = None  # the MLP's width; None = 4·n_embd
-match_params = False  # size the MLP so the model has standard MHA's parameter count
-                      # (flops.match_params)
+match_params = False  # size the MLP so the model has standard MHA's parameter count (flops.match_params)
 # data
 data_dir = "data"  # prepared datasets live in data_dir/<dataset>_<tokenizer>/
 dataset = "shakespeare"  # shakespeare (embedded, prepared on first use), fineweb, your own
                          # (prepare.py text), or mqar: recall examples made from the seed (recall.py)
 mqar_pairs = [16]  # mqar: key-value pairs a sequence (its length is block_size, its tokens vocab_size);
-                 # a list, e.g. [4,8,16,32]: a mixture, each count an equal share, scored apart
+                   # several, e.g. [4,8,16,32]: a mixture, each count an equal share, scored apart
 mqar_alpha = 0.01  # mqar: how far queries sit from the pairs, a power law (small: near)
 mqar_examples = 1024  # mqar: the fixed val and test sets; the learning curve reads a quarter
 tokenizer = "byte"  # byte for CPU runs, gpt2 for real ones
@@ -83,8 +78,7 @@ warmup_iters = 30  # steps of linear learning-rate warm-up
 min_lr_frac = 0.0  # cosine decays to this fraction of each learning rate
 # optimiser: the paper's Muon for hidden matrices and AdamW for the rest (muon.py), or AdamW alone
 optimizer = "muon"  # muon or adamw
-muon_dtype = "auto"  # Newton-Schulz precision: auto = bf16 on GPUs (the paper's), fp32 on CPUs;
-                     # or bf16, fp32
+muon_dtype = "auto"  # Newton-Schulz precision: auto = bf16 on GPUs (the paper's), fp32 on CPUs; or bf16, fp32
 matrix_lr = muon.MATRIX_LR  # Muon, every hidden weight matrix
 embed_lr = muon.EMBED_LR  # AdamW, token embedding
 head_lr = muon.HEAD_LR  # AdamW, output head
@@ -105,8 +99,7 @@ device = "auto"  # auto: cuda:LOCAL_RANK if available, else cpu; or cpu, cuda, c
 compile = "auto"  # auto: on for cuda
 dtype = "auto"  # autocast precision: auto = bf16 on CUDA if supported,
                 # else fp16 (with a GradScaler); fp32 on CPU
-fsdp = False  # shard weights, gradients and optimiser state across ranks (FSDP2)
-              # instead of DDP's full copies
+fsdp = False  # shard weights, gradients and optimiser state across ranks (FSDP2) instead of DDP's full copies
 activation_checkpointing = False  # recompute each block's activations in backward:
                                   # far less memory, ~1/3 more compute
 memory_limit_gb = 0.0  # refuse a run whose estimated memory per rank exceeds this
