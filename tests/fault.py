@@ -29,8 +29,12 @@ def die():
 
 
 def callers_step():
-    # train.py's loop runs at its top level: the step it is at is a global of its frame
-    return sys._getframe(2).f_globals.get("step")
+    # train.py's loop runs at its top level: the step it is at is a global of the first frame up
+    # the stack that has train.py's globals (the task's score sits between it and evaluate)
+    f = sys._getframe(1)
+    while f is not None and "max_iters" not in f.f_globals:
+        f = f.f_back
+    return f.f_globals.get("step") if f is not None else None
 
 
 if where == "log":
