@@ -294,11 +294,11 @@ def test_reproduce_sh_lists_the_recall_grid():
 def test_text_runs_from_before_the_mqar_knobs_combine_with_later_ones(tmp_path):
     # train.py logs mqar_alpha and mqar_examples in every header now; a log from before lacks them,
     # and plot.py took the two for another experiment
-    import plot
+    from analysis import logs
     for name, extra in (("old", {}), ("new", {"mqar_alpha": 0.01, "mqar_examples": 1024})):
         cfg = dict(dataset="shakespeare", n_layer=2, n_head=4, n_embd=64, matrix_lr=0.02, seed=0, max_iters=100, **extra)
         os.makedirs(tmp_path / name)
         lines = [dict(type="header", run=name, attn="mha", config=cfg),
                  dict(type="step", step=100, tokens=100, flops=0, test_loss=2.0)]
         (tmp_path / name / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
-    assert plot.odd_runs(plot.load_runs([str(tmp_path)])) == []
+    assert logs.odd_runs(logs.load_runs([str(tmp_path)])) == []

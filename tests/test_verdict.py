@@ -6,7 +6,7 @@ import re
 import pytest
 
 import plot
-import verdict
+from analysis import verdict
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

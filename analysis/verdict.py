@@ -13,9 +13,11 @@ import os
 import numpy as np
 
 from common import DESIGNS
-from plot import deltas, load_runs, summarize
-from stats import family, holm, paired_t, render, welch
-from sweeps import budget_pairs, lr_sweep, recall_cells, recall_rows, sweep
+from analysis.curves import deltas, summarize
+from analysis.logs import load_runs
+from analysis.recall import recall_cells, recall_rows
+from analysis.stats import family, holm, paired_t, render, welch
+from analysis.sweeps import budget_pairs, lr_sweep, sweep
 
 RUNS = "docs/runs"
 E4_SEEDS = 3  # plan.md, E4m: seeds a cell

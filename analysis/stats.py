@@ -156,7 +156,7 @@ def family(rows, alpha=0.05):
 
 
 def final_losses(group, step, split="test"):
-    """{seed: loss at step} of the runs (plot.load_run's dicts) that reached it: the score line's
+    """{seed: loss at step} of the runs (logs.load_run's dicts) that reached it: the score line's
     (every held-out token) where the run logged one at that step, else the learning curve's (test)."""
     out, curve = {}, []
     for r in group:
