@@ -50,14 +50,10 @@ class GPTConfig:
         if self.head_dim % 2:
             bad("n_embd", f"head_dim n_embd/n_head = {self.head_dim} must be even for RoPE")
         H, d_h = self.n_head, self.head_dim
-        if self.attn == "gqa":
-            if self.n_kv_head is None:
-                # not 1 (that is MQA) nor H (MHA) where H allows
-                divisors = [g for g in range(2, H) if H % g == 0] or [1]
-                self.n_kv_head = min(divisors, key=lambda g: (abs(g - H / 4), -g))
-            if self.n_kv_head < 1 or H % self.n_kv_head:
-                bad("n_kv_head", f"must divide n_head={H}; use one of "
-                    f"{[g for g in range(1, H + 1) if H % g == 0]}")
+        if self.attn == "gqa" and self.n_kv_head is None:
+            # not 1 (that is MQA) nor H (MHA) where H allows
+            divisors = [g for g in range(2, H) if H % g == 0] or [1]
+            self.n_kv_head = min(divisors, key=lambda g: (abs(g - H / 4), -g))
         if self.attn == "lrkv":
             if self.lrkv_rank is None:
                 self.lrkv_rank = max(1, round(0.4 * d_h))
@@ -76,6 +72,17 @@ class GPTConfig:
                     f"{'' if self.mla_deepseek else ' = d_n + d_r'})")
             if self.mla_q_rank < 0:
                 bad("mla_q_rank", "must be 0 (off) or a positive rank")
+        # checked by what the design is, not by its name, so that a new design whose branch above
+        # is missing fails here rather than deep inside its class: each of its own settings
+        # resolved, and K/V heads that divide the query heads
+        for field in DESIGNS[self.attn].settings:
+            if getattr(self, field) is None:
+                bad(field, f"--attn={self.attn} leaves it unset: give {self.attn} its default in "
+                    "GPTConfig.__post_init__")
+        if DESIGNS[self.attn].cls == "GroupedQueryAttention" and not (
+                isinstance(self.kv_heads, int) and 0 < self.kv_heads <= H and H % self.kv_heads == 0):
+            bad("n_kv_head", f"K/V heads must divide n_head={H}; use one of "
+                f"{[g for g in range(1, H + 1) if H % g == 0]}")
         if self.mlp_hidden is None:
             self.mlp_hidden = 4 * self.n_embd
         if self.mlp_hidden < 1:
@@ -90,7 +97,11 @@ class GPTConfig:
     @property
     def kv_heads(self):
         # the K/V heads of GroupedQueryAttention: H for mha, n_kv_head for gqa, 1 for mqa
-        return {"mha": self.n_head, "gqa": self.n_kv_head, "mqa": 1}[self.attn]
+        heads = {"mha": self.n_head, "gqa": self.n_kv_head, "mqa": 1}
+        if self.attn not in heads:
+            raise ValueError(f"attn={self.attn!r}: GPTConfig.kv_heads has no entry for it; add how many "
+                             "K/V heads it has")
+        return heads[self.attn]
 
 
 class ReLU2(torch.autograd.Function):
