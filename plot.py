@@ -3,9 +3,10 @@ Redraw Figure 4 of "Low-Rank Key Value Attention" (arXiv 2601.11471) from traini
 against training tokens (bottom axis) and compute (top axis), one line per attention design, seeds
 averaged with a min-max band; and a table of each design's final loss over seeds, its paired
 difference to MHA (same seed, same data order) with a 95% interval and p, and the paper's metric,
-how much sooner it reaches MHA's final loss. Two kinds of sweep draw something else (sweeps.py):
---pareto, loss against KV-cache size, and --lr, loss against the Muon rate. The statistics are in
-stats.py.
+how much sooner it reaches MHA's final loss. Other modes draw something else: --pareto, loss
+against KV-cache size, and --lr, loss against the Muon rate (analysis/sweeps.py); --recall, MQAR
+solve rates (analysis/recall.py); --verdict, every experiment's answer (analysis/verdict.py). What
+reads and judges the logs is in analysis/, this file draws and writes.
 
 It reads only the <dir>/<run>/log.jsonl files that train.py writes; it never imports torch. The
 runs must be one experiment (the same shape, data, steps, batch and optimiser; per design the same
@@ -19,7 +20,7 @@ python plot.py out/reproduce --x=flops --seeds   # against compute, with every s
 python plot.py out/pareto --pareto               # what SWEEP=pareto bash reproduce.sh draws
 python plot.py out/lr --lr                       # what SWEEP=lr bash reproduce.sh draws
 python plot.py out/recall --recall               # what SWEEP=recall bash reproduce.sh draws (MQAR)
-python plot.py --verdict                         # every experiment's answer in one table (docs/runs)
+python plot.py --verdict                         # every experiment's answer, at a glance and in full
 python plot.py out/matched out/reproduce/cpu_mha_s*   # parameter-matched designs, the figure's MHA
 """
 import os
@@ -224,7 +225,7 @@ def main(argv=None):
     sweeps.add_argument("--own_rates", action="store_true",
                         help="the figure with each design at its own Muon rate (one rate a design)")
     p.add_argument("--verdict", action="store_true",
-                   help="the one-screen table of every experiment in docs/runs (E1-E4), printed")
+                   help="every experiment in docs/runs in one table, at a glance and in full, printed")
     p.add_argument("--versus", metavar="DIR", action="append",
                    help="another experiment of the same designs (another context, say): how each "
                         "design's gap to MHA differs between the two; repeat it for more folders")
@@ -232,8 +233,7 @@ def main(argv=None):
     args = p.parse_args(argv)
 
     if args.verdict:
-        table, note = verdict()
-        print(table + "\n\n" + note)
+        print("\n\n".join(verdict()))  # the glance, then the full table and its notes
         return 0
     if args.versus and (args.pareto or args.lr or args.recall):
         fail("--versus compares two figures' gaps; it does not go with --pareto, --lr or --recall")

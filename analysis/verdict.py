@@ -1,26 +1,33 @@
 """
-The verdict at a glance: one row per design, one column per experiment of docs/plan.md, each cell
-re-computed from that experiment's committed logs and marked by its own table's Holm correction.
+The verdict: one row per design, MHA the reference, one column per experiment of docs/plan.md, each
+cell re-computed from that experiment's committed logs and marked by its own table's Holm
+correction. Two forms: at a glance (README: a word and a number a cell) and in full (docs/results.md:
+every estimate with its 95% interval).
 
-    python plot.py --verdict          # prints the table (README's Results holds it)
+    python plot.py --verdict          # prints both, and the notes under the full one
 
 Each column is the family its experiment's plan fixed, so Holm runs within a column, never across
 them. Never imports torch, as plot.py.
 """
 import glob
 import os
-
-import numpy as np
+import textwrap
 
 from common import DESIGNS
 from analysis.curves import deltas, summarize
 from analysis.logs import load_runs
-from analysis.recall import recall_cells, recall_rows
-from analysis.stats import family, holm, paired_t, render, welch
+from analysis.stats import MARGIN, family, holm, paired_t, render, welch
 from analysis.sweeps import budget_pairs, lr_sweep, sweep
 
 RUNS = "docs/runs"
-E4_SEEDS = 3  # plan.md, E4m: seeds a cell
+RECALL = "· rebuilding (E6)"  # issue 54: E4 and E4s could not tell, E6 is its probe made again
+# the glance's columns: (experiment, header, what an established gap is called when positive and
+# when negative; None: a change in a gap, which has no equivalence margin)
+GLANCE = [("E1", "loss, paper's rate (E1)", ("behind", "ahead")),
+          ("E3b", "own rate (E3b)", ("behind", "ahead")),
+          ("E2", "context 1,024 (E2)", None)]
+RULE = (f"Each column is one family, Holm over its designs: behind or ahead when Holm's p < 0.05, = equal\n"
+        f"when two one-sided tests put Δ within ±{MARGIN} nats, · not shown when neither.")  # 2 lines of README
 
 
 def paired(runs, split):
@@ -48,25 +55,26 @@ def cell(r, margin=True):
     return f"{r['diff']:+.4f} [{r['lo']:+.4f}, {r['hi']:+.4f}] {mark}"
 
 
-def recall_column(path):
-    """E4, once its whole grid is logged: per design, the mean over cells of its paired Δ MHA in test
-    accuracy and how many of its cells are established behind or ahead (Holm over the grid)."""
-    if not glob.glob(os.path.join(path, "*", "log.jsonl")):
-        return {}
-    every = recall_rows(recall_cells(load_runs([path])))
-    cells, seeds = {(r["width"], r["kv_pairs"]) for r in every}, {r["n"] for r in every}
-    if len(every) < len(DESIGNS) * len(cells) or seeds != {E4_SEEDS}:  # runs still coming in: no half table
-        return {}
-    rows = [r for r in every if r["attn"] != "mha"]
-    out = {}
-    for attn in DESIGNS:
-        mine = [r for r in rows if r["attn"] == attn and r.get("diff") is not None]
-        if mine:
-            behind = sum(r["established"] and r["diff"] < 0 for r in mine)
-            ahead = sum(r["established"] and r["diff"] > 0 for r in mine)
-            out[attn] = (f"{np.mean([r['diff'] for r in mine]):+.3f} mean over {len(mine)} cells; "
-                         f"behind in {behind}, ahead in {ahead} (established)")
-    return out
+def glance(r, words):
+    """'+0.030 behind', '= equal' or '· not shown': the mark, and the estimate where it is established."""
+    if not r or r.get("lo") is None:
+        return "· no runs"
+    if r["established"]:
+        up, down = words or ("wider", "narrower")  # a change in the gap: it grows or shrinks
+        return f"{r['diff']:+.3f} {up if r['diff'] > 0 else down}"
+    return "= equal" if words and r.get("tost") is not None and r["tost"] < 0.05 else "· not shown"
+
+
+def columns(root):
+    """{experiment: {attn: its test}} and {attn: KV cache as a share of MHA's}, from the logs."""
+    e1 = load_runs([os.path.join(root, "e1")])
+    cache = {r["attn"]: r["kv_pct"] for r in summarize(e1)}
+    sweep_runs = load_runs([os.path.join(root, "e3a")] + sorted(glob.glob(os.path.join(root, "e1", "cpu_*_s[0-2]"))))
+    _, summary = lr_sweep(sweep_runs)
+    return {"E1": paired(e1, "test"), "E1 validation": paired(e1, "val"),
+            "E3b": paired(load_runs([os.path.join(root, "e3b")]), "test"),
+            "E2": interaction(load_runs([os.path.join(root, "e2")]), e1),
+            "E3a": {s["attn"]: s["rate"] for s in summary}}, cache
 
 
 def same_cache(path):
@@ -83,36 +91,30 @@ def same_cache(path):
 
 
 def verdict(root=RUNS):
-    """The table as Markdown, and the note under it."""
-    e1 = load_runs([os.path.join(root, "e1")])
-    cache = {r["attn"]: r["kv_pct"] for r in summarize(e1)}
-    test, val = paired(e1, "test"), paired(e1, "val")
-    own = paired(load_runs([os.path.join(root, "e3b")]), "test")
-    ctx = interaction(load_runs([os.path.join(root, "e2")]), e1)
-    sweep = load_runs([os.path.join(root, "e3a")] + sorted(glob.glob(os.path.join(root, "e1", "cpu_*_s[0-2]"))))
-    _, summary = lr_sweep(sweep)
-    rate = {s["attn"]: s["rate"] for s in summary}
-    recall = recall_column(os.path.join(root, "e4"))
-    head = ["design", "KV cache, % of MHA", "E1: Δ MHA, paper's rate", "E1 on the validation plays",
-            "E3b: Δ MHA, own rate", "E2: change at context 1,024", "E3a: Δ MHA per doubling of the rate",
-            "E4: recall, Δ MHA accuracy"]
-    body = [[DESIGNS[a].label, f"{100 * cache[a]:.0f}%", cell(test.get(a)), cell(val.get(a)), cell(own.get(a)),
-             cell(ctx.get(a), margin=False), cell(rate.get(a), margin=False), recall.get(a, "pending")]
-            for a in DESIGNS if a != "mha"]
-    columns = {"E1": test, "E1 validation": val, "E3b": own, "E2": ctx, "E3a": rate}
-    tests = [(f"{name} {DESIGNS[a].label}", r) for name, col in columns.items() for a, r in col.items()
+    """(glance, full, notes): the README's table and its family rule; the full table with every
+    interval and the E5 pair (docs/results.md); the notes under the full table."""
+    cols, cache = columns(root)
+    share = lambda a: f"{100 * cache[a]:.0f}%" if cache.get(a) else "-"  # a design E1 has no runs of: "-"
+    ref = lambda a, n: ["reference"] * n if a == "mha" else None
+    short = render(["design", "KV cache", *(h for _, h, _ in GLANCE), "recall"],
+                   [[d.label, share(a), *(ref(a, len(GLANCE)) or [glance(cols[e].get(a), w) for e, _, w in GLANCE]),
+                     RECALL] for a, d in DESIGNS.items()])
+    margin = {"E1": True, "E1 validation": True, "E3b": True, "E2": False, "E3a": False}
+    full = render(["design", "KV cache, % of MHA", "E1: Δ MHA, paper's rate", "E1 on the validation plays",
+                   "E3b: Δ MHA, own rate", "E2: change at context 1,024", "E3a: Δ MHA per doubling of the rate"],
+                  [[d.label, share(a), *(ref(a, len(margin)) or [cell(cols[e].get(a), m) for e, m in margin.items()])]
+                   for a, d in DESIGNS.items()])
+    tests = [(f"{name} {DESIGNS[a].label}", r) for name, col in cols.items() for a, r in col.items()
              if r and r.get("p") is not None]
     across = holm([r["p"] for _, r in tests])
     drop = [f"{name} (Holm p {p:.2g})" for (name, r), p in zip(tests, across) if r["established"] and p >= 0.05]
-    note = ("Δ: design minus MHA in final loss (nats per byte), mean over 12 seeds (E3a: 3), 95% interval; "
-            "E2 and E3a give how Δ moves. Each column is one Holm family of its own (the plan's); "
-            "established: Holm's p < 0.05; equivalent: two one-sided tests within ±0.008 nats; not shown: "
-            "neither. E1 and E3b score the test plays, E1's validation column the same models on the "
-            "validation plays. "
-            + ("E4: Δ in final MQAR test accuracy (recall of a key's value), the mean over its cells "
-               f"(d_model × pairs), {E4_SEEDS} seeds a cell, each design at the rate E4r chose on validation; "
-               "behind and ahead count cells established, Holm over all of E4's cells. " if recall else "") +
-            f"Corrected as one family of all {len(tests)} tests instead, {len(drop)} established marks would "
-            f"drop: {', '.join(drop) or 'none'}.")
+    notes = ("Δ: design minus MHA in final loss (nats per byte), mean over 12 seeds (E3a: 3), 95% interval; "
+             "E2 and E3a give how Δ moves. Each column is one Holm family of its own (the plan's); "
+             f"established: Holm's p < 0.05; equivalent: two one-sided tests within ±{MARGIN} nats; not shown: "
+             "neither. E1 and E3b score the test plays, E1's validation column the same models on the "
+             "validation plays. Recall has no column: E4 and E4s could not tell (docs/results.md), and its "
+             f"probe is being rebuilt as E6. Corrected as one family of all {len(tests)} tests instead, "
+             f"{len(drop)} established marks would drop: {', '.join(drop) or 'none'}.")
     e5 = same_cache(os.path.join(root, "e5"))
-    return render(head, body) + (f"\n\n{e5}" if e5 else ""), note
+    wrap = lambda s: textwrap.fill(s, 100, break_on_hyphens=False, break_long_words=False)  # lines of a page
+    return short + "\n\n" + RULE, full + (f"\n\n{wrap(e5)}" if e5 else ""), wrap(notes)

@@ -1,5 +1,5 @@
-"""stats.py's tests against answers computed another way: scipy (a dev extra, tests only), a full
-least-squares fit, hand-worked examples. plot.py and stats.py themselves never import scipy."""
+"""analysis/stats.py's tests against answers computed another way: scipy (a dev extra, tests only), a full
+least-squares fit, hand-worked examples. plot.py and analysis/ never import scipy."""
 import math
 
 import numpy as np
