@@ -94,7 +94,7 @@ def load_run(path):
         warn(f"{path}: skipped unreadable line(s) {', '.join(map(str, bad[:5]))}{more}")
     config = header.get("config") if isinstance(header.get("config"), dict) else {}
     # fields older logs lack, as their default then was (text runs carry the MQAR knobs, unused)
-    config = {"lrkv_factored": False, "mqar_alpha": 0.01, "mqar_examples": 1024, **config}
+    config = {"lrkv_factored": False, "mqar_alpha": 0.01, "mqar_examples": 1024, "window": 0, **config}
     if "mlp_hidden" not in config and isinstance(config.get("n_embd"), int):
         config["mlp_hidden"] = 4 * config["n_embd"]
     # the test text: logs from before the val/test split scored the opening of val.bin (Hamlet)
@@ -104,6 +104,7 @@ def load_run(path):
     return {"path": path, "name": header.get("run") or os.path.basename(os.path.dirname(path)),
             "attn": attn, "header": header, "config": config, "step": col("step", np.int64),
             "tokens": col("tokens"), "flops": col("flops"), "loss": col("test_loss"), "acc": col("test_acc"),
+            "evals": evals,  # the learning curve's records, whole: MQAR logs one accuracy per pair count
             "score": score}
 
 

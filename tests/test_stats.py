@@ -146,3 +146,25 @@ def test_paired_t_on_known_data():
     # the sign does not matter; one pair has no interval
     assert stats.paired_t([-0.01] * 5 + [-0.03] * 5)["established"] and stats.paired_t([-0.01] * 5 + [-0.03] * 5)["hi"] < 0
     assert stats.paired_t([0.3])["lo"] is None and stats.paired_t([0.3])["established"] is None
+
+
+def test_fisher_exact_known_values_and_scipys():
+    # 3 of 3 against 0 of 3: the two most extreme tables of 20, p = 2/20; issue 54's 11 of 12
+    # against 5 of 12, p about 0.027
+    assert stats.fisher_exact(3, 3, 0, 3) == pytest.approx(0.1, abs=1e-12)
+    assert stats.fisher_exact(11, 12, 5, 12) == pytest.approx(0.0272, abs=1e-4)
+    assert stats.fisher_exact(4, 8, 4, 8) == 1.0 and stats.fisher_exact(0, 12, 0, 12) == 1.0
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        n1, n2 = rng.integers(1, 25, 2)
+        k1, k2 = rng.integers(0, n1 + 1), rng.integers(0, n2 + 1)
+        want = scipy_stats.fisher_exact([[k1, n1 - k1], [k2, n2 - k2]]).pvalue
+        assert stats.fisher_exact(int(k1), int(n1), int(k2), int(n2)) == pytest.approx(want, rel=1e-9), (k1, n1, k2, n2)
+
+
+def test_the_smallest_rate_gap_n_runs_could_establish():
+    # 3 runs against MHA's 3 of 3: even 0 of 3 gives p 0.1, so nothing is found at 0.05
+    assert stats.smallest_rate_gap(3, 3, 3, 0.05) is None
+    # 12 against 12 of 12 at 0.05: 7 of 12 gives p 0.037 and 8 of 12 p 0.093, so the gap is 5/12
+    assert stats.fisher_exact(7, 12, 12, 12) < 0.05 < stats.fisher_exact(8, 12, 12, 12)
+    assert stats.smallest_rate_gap(12, 12, 12, 0.05) == pytest.approx(5 / 12)
