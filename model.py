@@ -72,17 +72,13 @@ class GPTConfig:
                     f"{'' if self.mla_deepseek else ' = d_n + d_r'})")
             if self.mla_q_rank < 0:
                 bad("mla_q_rank", "must be 0 (off) or a positive rank")
-        # checked by what the design is, not by its name, so that a new design whose branch above
-        # is missing fails here rather than deep inside its class: each of its own settings
-        # resolved, and K/V heads that divide the query heads
-        for field in DESIGNS[self.attn].settings:
-            if getattr(self, field) is None:
-                bad(field, f"--attn={self.attn} leaves it unset: give {self.attn} its default in "
-                    "GPTConfig.__post_init__")
-        if DESIGNS[self.attn].cls == "GroupedQueryAttention" and not (
-                isinstance(self.kv_heads, int) and 0 < self.kv_heads <= H and H % self.kv_heads == 0):
-            bad("n_kv_head", f"K/V heads must divide n_head={H}; use one of "
-                f"{[g for g in range(1, H + 1) if H % g == 0]}")
+        # by what the design is, not its name, so that a design whose branch above is missing
+        # fails here, not inside its class: its own settings resolved, K/V heads dividing H
+        for field in (f for f in DESIGNS[self.attn].settings if getattr(self, f) is None):
+            bad(field, f"--attn={self.attn} leaves it unset: give it a default in GPTConfig.__post_init__")
+        Hkv = self.kv_heads if DESIGNS[self.attn].cls == "GroupedQueryAttention" else H
+        if not (isinstance(Hkv, int) and 0 < Hkv <= H and H % Hkv == 0):
+            bad("n_kv_head", f"K/V heads must divide n_head={H}; use one of {[g for g in range(1, H + 1) if H % g == 0]}")
         if self.mlp_hidden is None:
             self.mlp_hidden = 4 * self.n_embd
         if self.mlp_hidden < 1:
