@@ -65,11 +65,20 @@ def rope(x, cos, sin):
     return torch.addcmul(x * cos2, x.roll(x.size(-1) // 2, dims=-1), sin2)
 
 
-def attend(q, k, v, scale=None, mask=None):
+def band(T, window, device=None):
+    # (T, T): query i sees keys i - window < j <= i, the last `window` positions (a sliding window)
+    i = torch.arange(T, device=device)
+    return (i[None, :] <= i[:, None]) & (i[None, :] > i[:, None] - window)
+
+
+def attend(q, k, v, scale=None, mask=None, window=0):
     # q (B, H, Tq, D), k (B, Hkv, Tk, D), v (B, Hkv, Tk, Dv) with Hkv dividing H -> (B, H, Tq, Dv)
     B, H, Tq, D = q.shape
     Hkv = k.size(1)
     if mask is None:  # training, or a prefill: causal, and the fused kernels take GQA
+        if window and Tq > window:  # a sliding window: a banded mask (docs/performance.md: faster than flex here)
+            return F.scaled_dot_product_attention(q, k, v, band(Tq, window, q.device), scale=scale,
+                                                  enable_gqa=Hkv != H)
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=Hkv != H)
     # after a cache, mask (Tq, Tk) says which slots each new token sees: two matmuls, as LRKV's
     # decode. On a GPU a fused attention kernel gives batch-1 decode one thread block per K/V head
@@ -83,34 +92,49 @@ def attend(q, k, v, scale=None, mask=None):
 
 
 class KVCache:
-    """One layer's cache: head-major buffers (B, heads, max_len, d) of what a design keeps per
-    token, allocated at the first write, zeroed (a slot not yet written is masked, and must not
-    hold a NaN). Head-major: each head's tokens are one contiguous (max_len, d) block, which the
-    decode step's batched matmuls read where it lies at any batch size ((B, max_len, heads, d),
-    read through a transpose, was copied whole every step). write() takes the new tokens as
-    (B, heads, T, d), stores them in place and returns every buffer whole, with the mask
-    (T, max_len) of the slots each new token may attend to: slot j for the token at position p iff
-    j <= p. n counts the tokens cached by the plain calls of GPT.forward; a call with explicit
-    positions (the compiled decode step) leaves it to the caller."""
+    """One layer's cache: head-major buffers (B, heads, slots, d) of what a design keeps per token,
+    allocated at the first write, zeroed (a slot not yet written is masked, and must not hold a NaN).
+    Head-major: each head's tokens are one contiguous (slots, d) block, which the decode step's
+    batched matmuls read where it lies at any batch size ((B, slots, heads, d), read through a
+    transpose, was copied whole every step). It holds max_len tokens, or with a sliding window only
+    the last `window`: a ring of slots = min(max_len, window), position p in slot p % slots, so the
+    cache stops growing at the window. write() takes the new tokens as (B, heads, T, d), stores
+    them in place and returns every buffer whole, with the mask (T, slots) of the slots each new
+    token may attend to: those holding a position q with p - window < q <= p. n counts the tokens
+    cached by the plain calls of GPT.forward; a call with explicit positions (the compiled decode
+    step) leaves it to the caller."""
 
-    def __init__(self, max_len):
-        self.max_len, self.n, self.buf = max_len, 0, {}
+    def __init__(self, max_len, window=0):
+        self.max_len, self.window, self.n, self.buf = max_len, window, 0, {}
+        self.slots = min(max_len, window) if window else max_len
+
+    def held(self, last):
+        # (slots,): the position each slot holds once position `last` (a (1,) tensor) is written,
+        # the latest q <= last with q = slot mod slots; negative: never written
+        j = torch.arange(self.slots, device=last.device)
+        return last - (last - j).remainder(self.slots)
 
     def write(self, pos, **new):
         for name, x in new.items():
             if name not in self.buf:
-                self.buf[name] = x.new_zeros(*x.shape[:2], self.max_len, x.size(3))
+                self.buf[name] = x.new_zeros(*x.shape[:2], self.slots, x.size(3))
                 if not torch.compiler.is_compiling():
                     # one address for the cache's life: a compiled decode step run as a CUDA graph
                     # (mode="reduce-overhead") then writes it in place instead of copying it in and out
                     torch._dynamo.mark_static_address(self.buf[name])
-            if pos is None:  # a prefill: positions 0..T-1
+            if pos is None and x.size(2) <= self.slots:  # a prefill at positions 0..T-1
                 self.buf[name][:, :, :x.size(2)] = x
+            elif pos is None:  # a prefill longer than the ring: its last `slots` tokens, where they wrap to
+                T = x.size(2)
+                self.buf[name].index_copy_(2, torch.arange(T - self.slots, T, device=x.device) % self.slots,
+                                           x[:, :, -self.slots:])
             else:
-                self.buf[name].index_copy_(2, pos, x)
+                self.buf[name].index_copy_(2, pos % self.slots, x)
         if pos is None:
             return self.buf, None
-        return self.buf, torch.arange(self.max_len, device=pos.device) <= pos[:, None]  # (T, max_len)
+        q, p = self.held(pos[-1:]), pos[:, None]  # (slots,), (T, 1)
+        mask = (q >= 0) & (q <= p)
+        return self.buf, mask & (q > p - self.window) if self.window else mask  # (T, slots)
 
     def nbytes(self):
         return sum(b.numel() * b.element_size() for b in self.buf.values())
@@ -124,7 +148,7 @@ class GroupedQueryAttention(nn.Module):
 
     def __init__(self, cfg):
         super().__init__()
-        self.H, self.Hkv, self.d_h = cfg.n_head, cfg.kv_heads, cfg.head_dim
+        self.H, self.Hkv, self.d_h, self.window = cfg.n_head, cfg.kv_heads, cfg.head_dim, cfg.window
         self.scale = cfg.attn_scale / math.sqrt(self.d_h)  # QK-normed logits are bounded by attn_scale·√d_h
         self.c_q = nn.Linear(cfg.n_embd, self.H * self.d_h, bias=False)
         self.c_k = nn.Linear(cfg.n_embd, self.Hkv * self.d_h, bias=False)
@@ -144,7 +168,7 @@ class GroupedQueryAttention(nn.Module):
             c, mask = cache.write(pos, k=k, v=v)
             if pos is not None:
                 k, v = c["k"], c["v"]  # (B, Hkv, max_len, d_h), read in place
-        y = attend(q, k, v, self.scale, mask)  # (B, H, T, d_h)
+        y = attend(q, k, v, self.scale, mask, self.window)  # (B, H, T, d_h)
         return self.c_proj(y.transpose(1, 2).reshape(B, T, self.H * self.d_h))
 
 
@@ -164,6 +188,7 @@ class MLA(nn.Module):
     def __init__(self, cfg):
         super().__init__()
         self.H, self.d_c, self.d_r, self.d_v = cfg.n_head, cfg.mla_kv_rank, cfg.mla_rope_dim, cfg.head_dim
+        self.window = cfg.window
         self.d_n = cfg.head_dim if cfg.mla_deepseek else cfg.head_dim - self.d_r
         C, H, dq = cfg.n_embd, self.H, self.d_n + self.d_r
         if cfg.mla_q_rank:  # optional query compression: x -> c_q (q_rank) -> q
@@ -202,7 +227,7 @@ class MLA(nn.Module):
         v = self.W_uv(c_kv).view(B, T, H, d_v)  # (B, T, H, d_v)
         k = torch.cat([k_nope, k_pe.unsqueeze(2).expand(B, T, H, d_r)], dim=-1)  # (B, T, H, d_n + d_r)
         q = torch.cat([q_nope, q_pe], dim=-1)
-        y = attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), self.scale)  # (B, H, T, d_v)
+        y = attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), self.scale, None, self.window)  # (B, H, T, d_v)
         return self.c_proj(y.transpose(1, 2).reshape(B, T, H * d_v))
 
     def decode(self, x, cos, sin, cache, pos):
@@ -242,6 +267,7 @@ class LRKV(nn.Module):
     def __init__(self, cfg):
         super().__init__()
         self.H, self.d_h, self.r, self.factored = cfg.n_head, cfg.head_dim, cfg.lrkv_rank, cfg.lrkv_factored
+        self.window = cfg.window
         C, H, r, d_h = cfg.n_embd, self.H, self.r, self.d_h
         self.scale = cfg.attn_scale / math.sqrt(d_h)  # as MHA: logits bounded by attn_scale·√d_h
         self.c_q = nn.Linear(C, H * d_h, bias=False)  # queries stay full rank per head
@@ -287,17 +313,18 @@ class LRKV(nn.Module):
             k_inv = rms_inv(k).type_as(k)  # (B, T, H, 1), as norm()
             c, mask = cache.write(pos, k_s=k_s_rot.unsqueeze(1), v_s=v_s.unsqueeze(1), k_inv=k_inv.transpose(1, 2),
                                   r_k=r_k.transpose(1, 2), r_v=r_v.transpose(1, 2))  # (B, heads, T, d)
-            if pos is not None:
-                return self.decode(q, c, mask, cos, sin)
+            if pos is not None:  # RoPE's tables at the positions the slots hold
+                held = cache.held(pos[-1:]).clamp(min=0)
+                return self.decode(q, c, mask, cos[held], sin[held])
         # training and prefill: RoPE and QK-norm of the full keys, then attention as MHA's
         k = norm(k if self.factored else rope(k, cos_t, sin_t))
-        y = attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), self.scale)  # (B, H, T, d_h)
-        return self.c_proj(y.transpose(1, 2).reshape(B, T, H * d_h))
+        y = attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), self.scale, None, self.window)
+        return self.c_proj(y.transpose(1, 2).reshape(B, T, H * d_h))  # y: (B, H, T, d_h)
 
     def decode(self, q, c, mask, cos, sin):
         """Exactly, from the small cache c alone: the scores q·K_h / rms(K_h) as (shared part +
         residual part) · k_inv, and the values by Eq. 7; no K_h or V_h of a cached token is rebuilt.
-        q (B, T, H, d_h) normed and rotated; cos/sin the tables of every position."""
+        q (B, T, H, d_h) normed and rotated; cos/sin the tables of each slot's position."""
         B, T, H, d_h = q.shape
         B_k, B_v = self.B_k.view(H, d_h, self.r), self.B_v.view(H, d_h, self.r)
         Tk = c["k_s"].size(2)
@@ -309,7 +336,7 @@ class LRKV(nn.Module):
             qB = torch.einsum("bhtd,hdr->bhtr", q, B_k)  # (B, H, T, r): q B_h
             att = att + qB @ c["r_k"].transpose(-2, -1)  # (B, H, T, Tk): + (q B_h)·R_s
         else:
-            att = att + self.rotated_residual_scores(q, B_k, cos[:Tk], sin[:Tk], c["r_k"])
+            att = att + self.rotated_residual_scores(q, B_k, cos, sin, c["r_k"])
         att = att * c["k_inv"].transpose(-2, -1) * self.scale  # QK-norm of the key (B, H, 1, Tk), then scale
         att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
         # values never need rebuilding, Eq. 7: a V_h = a V_s + (a R_h^V) B_h^Vᵀ

@@ -72,6 +72,9 @@ def configure(path, g, argv, doc):
             ok = isinstance(val, bool) or (key == "compile" and val == "auto")
         elif default is None:  # "the preset's" or "automatic": checked where it is used
             ok = val is None or isinstance(val, (int, float, str, bool))
+        elif isinstance(default, list):  # a list of the default's kind, or one item: --mqar_pairs=8
+            val = list(val) if isinstance(val, (list, tuple)) else [val]
+            ok = bool(val) and all(type(v) is type(default[0]) for v in val)
         elif isinstance(default, float):
             ok = isinstance(val, (int, float)) and not isinstance(val, bool)
         elif isinstance(default, int) and isinstance(val, float) and val.is_integer():

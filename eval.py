@@ -29,6 +29,7 @@ import torch.nn.functional as F
 import recall
 
 from checkpoint import load_model
+from prepare import load_split, read_meta, windows
 from common import (DESIGNS, ArgumentParser, count, autocast, fail, resolve_device, resolve_dtype,
                     torch_dtype)
 
@@ -77,6 +78,29 @@ def evaluate(model, split, T, batch_size, eval_tokens, token_bytes, device, rank
     model.train()
     nats, n, nbytes = sums.tolist()
     return nats / n, nats / (math.log(2) * nbytes)
+
+
+class Text:
+    """A prepared text as train.py runs it: the batch of a step (random windows, prepare.windows)
+    and the held-out score (evaluate). MQAR's recall.MQAR is the other task, with the same face."""
+
+    metric, unit = "bpb", "token"
+
+    def __init__(self, dataset_dir, T, token_bytes, device, rank=0, world=1, eval_tokens=None):
+        self.train, self.val, self.test = (load_split(dataset_dir, s, T + 1) for s in ("train", "val", "test"))
+        self.held = {"val": self.val, "test": self.test}
+        self.held_out = {s: read_meta(dataset_dir)[f"{s}_docs"] for s in ("val", "test")}
+        self.n_train = sum(map(len, self.train)) if isinstance(self.train, list) else len(self.train)
+        self.T, self.curve_part, self.where = T, eval_tokens, (token_bytes, device, rank, world)
+
+    def batch(self, step, seed, n, rows):
+        w = windows(self.train, seed, step, n, self.T, rows)  # (len(rows), T + 1)
+        return w[:, :-1], w[:, 1:]  # inputs and targets
+
+    def score(self, model, split, part=None, batch_size=16):
+        """{loss, bpb} over `part` tokens spread over the split (None: every one)."""
+        loss, bpb = evaluate(model, self.held[split], self.T, batch_size, part, *self.where)
+        return {"loss": loss, "bpb": bpb}
 
 
 # -----------------------------------------------------------------------------
@@ -318,6 +342,7 @@ def print_recall(model, meta, args):
     a text model) and lengths T, 2T, 4T (T: its context), on the test split's examples."""
     tc, T, V = meta["train_config"], model.cfg.block_size, model.cfg.vocab_size
     N, alpha = tc.get("mqar_pairs", 16), tc.get("mqar_alpha", 0.01)
+    N = max(N) if isinstance(N, list) else N  # a mixture's largest count
     lengths, counts = [T, 2 * T, 4 * T], sorted({max(1, N // 2), N, 2 * N, 4 * N})
     print(f"MQAR test accuracy of {args.checkpoint} ({model.cfg.attn}; trained on "
           f"{N if tc.get('dataset') == 'mqar' else 'no'} pairs at length {T}), {args.examples} sequences a cell, "
@@ -329,7 +354,7 @@ def print_recall(model, meta, args):
         cells = []
         for L in lengths:
             try:
-                x, y = recall.mqar(args.examples, L, n, V, recall.split_seed("test"), alpha)
+                x, y = recall.mqar(args.examples, L, n, V, (*recall.split_seed("test"), n), alpha)
             except ValueError:
                 cells.append("-")
                 continue

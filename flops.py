@@ -82,9 +82,11 @@ def kv_params(cfg):
 def train_flops_per_token(cfg):
     """Forward + backward FLOPs per token: 6 × every weight multiplied once per token
     (all but the embedding lookup, which is free) + the attention core 6·L·T·H·(d_qk + d_v), with
-    no causal discount. LRKV multiplies X by W_s, U and then B (it never forms the full d×d_h
-    per-head weight), so its count is lower than MHA's: exactly its parameters. A norm's gain
-    multiplies elementwise, not in a matmul, and is not counted (nor by torch's counter)."""
+    no causal discount, nor a sliding window's: its banded mask runs through the same dense kernel
+    (flex_attention's block-sparse one has no backward on a CPU: docs/bench/window_mask.py).
+    LRKV multiplies X by W_s, U and then B (it never forms the full d×d_h per-head weight), so its
+    count is lower than MHA's: exactly its parameters. A norm's gain multiplies elementwise, not
+    in a matmul, and is not counted (nor by torch's counter)."""
     matmul_weights = params(cfg) - cfg.vocab_size * cfg.n_embd - cfg.n_layer * attention_counts(cfg)["gains"]
     return 6 * matmul_weights + 6 * cfg.n_layer * cfg.block_size * cfg.n_head * (d_qk(cfg) + cfg.head_dim)
 
@@ -93,11 +95,11 @@ def decode_flops_per_token(cfg, T):
     """Forward FLOPs to generate one token that attends over T cached tokens (itself included):
     2 × every weight multiplied (absorbed MLA and LRKV's decode multiply the same weights, in
     another order) plus each design's attention over the cache as its decode step computes it
-    (attention_counts). This is the math's count at context T; a static cache of max_len slots
-    computes over all of them."""
+    (attention_counts); with a sliding window, over the last min(T, window). This is the math's
+    count at context T; a static cache of max_len slots computes over all of them."""
     a = attention_counts(cfg)
     matmul_weights = params(cfg) - cfg.vocab_size * cfg.n_embd - cfg.n_layer * (a["gains"] - a["decode_w"])
-    return 2 * matmul_weights + cfg.n_layer * a["decode"] * T
+    return 2 * matmul_weights + cfg.n_layer * a["decode"] * held(cfg, T)
 
 
 def paper_flops_per_token(cfg):
@@ -108,13 +110,23 @@ def paper_flops_per_token(cfg):
 def decode_bytes(cfg, T, batch=1, bytes_per_elem=2):
     """The least one decode step at context T must read from memory: every weight it multiplies
     (the layers' and the head's; of the embedding only a row a sequence, left out), once for the
-    whole batch, and the KV cache of every sequence, T tokens each."""
+    whole batch, and the KV cache of every sequence."""
     weights = params(cfg) - cfg.vocab_size * cfg.n_embd
-    return (weights + batch * T * cfg.n_layer * attention_counts(cfg)["cache"]) * bytes_per_elem
+    return weights * bytes_per_elem + cache_bytes(cfg, T, batch, bytes_per_elem)
+
+
+def held(cfg, T):
+    # the tokens a cache holds at context T: all of them, or a sliding window's last `window`
+    return min(T, cfg.window) if cfg.window else T
 
 
 def kv_cache_bytes_per_token(cfg, bytes_per_elem=2):
     return cfg.n_layer * attention_counts(cfg)["cache"] * bytes_per_elem
+
+
+def cache_bytes(cfg, T, batch=1, bytes_per_elem=2):
+    """The KV cache of batch sequences at context T: min(T, window) tokens each with a window."""
+    return batch * held(cfg, T) * kv_cache_bytes_per_token(cfg, bytes_per_elem)
 
 
 def activation_bytes_per_token(cfg, checkpointing=False):

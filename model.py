@@ -30,6 +30,7 @@ class GPTConfig:
     mla_rope_dim: int = None  # MLA's decoupled RoPE dim d_r; None = d_h/2 (DeepSeek-V2)
     mla_q_rank: int = 0  # MLA's optional query compression rank; 0 = off
     mla_deepseek: bool = False  # MLA's widths: False d_n = d_h - d_r; True DeepSeek's d_n = d_h + kv_norm weight
+    window: int = 0  # sliding-window attention over the last `window` tokens, any design; 0 = all
     attn_scale: float = 1.0  # multiplies the softmax scale 1/√d_h of the QK-normed designs (all but MLA)
     rope_base: float = 10000.0
     mlp_hidden: int = None  # the MLP's width; None = 4·n_embd (train.py --match_params sizes it to MHA's count)
@@ -45,6 +46,8 @@ class GPTConfig:
         for field in ("n_layer", "block_size", "vocab_size"):
             if getattr(self, field) < 1:
                 bad(field, "must be at least 1")
+        if not isinstance(self.window, int) or self.window < 0:
+            bad("window", "must be a count of tokens >= 0 (0: attend to every token)")
         if self.n_head < 1 or self.n_embd % self.n_head:
             bad("n_embd", f"must be divisible by n_head={self.n_head}; pick n_embd = n_head·d_h")
         if self.head_dim % 2:
@@ -182,9 +185,12 @@ class GPT(nn.Module):
         position only, (B, 1, V), all that generating needs (the head is the widest matmul)."""
         B, T = idx.size()
         if caches and pos is None:
-            t0 = caches[0].n
-            if t0 + T > caches[0].max_len:
-                raise ValueError(f"{t0 + T} tokens exceed the KV cache's max_len={caches[0].max_len}")
+            t0, c = caches[0].n, caches[0]
+            if t0 + T > c.max_len:
+                raise ValueError(f"{t0 + T} tokens exceed the KV cache's max_len={c.max_len}")
+            if t0 and 1 < T and t0 + T > c.slots:  # a chunk would overwrite slots its own first tokens need
+                raise ValueError(f"a window's cache of {c.slots} slots, once full, takes one token a call "
+                                 f"after the prefill, not {T}")
             pos = torch.arange(t0, t0 + T, device=idx.device) if t0 else None  # None: a prefill from 0
             for c in caches:
                 c.n = t0 + T
@@ -204,7 +210,7 @@ class GPT(nn.Module):
     def new_caches(self, max_len=None):
         if (max_len or 0) > self.cfg.block_size:
             raise ValueError(f"a KV cache of {max_len} tokens exceeds the context block_size={self.cfg.block_size}")
-        return [KVCache(max_len or self.cfg.block_size) for _ in self.h]
+        return [KVCache(max_len or self.cfg.block_size, self.cfg.window) for _ in self.h]
 
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, **kwargs):
         """generate.generate(self, ...): decoding lives in generate.py."""

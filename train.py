@@ -28,45 +28,42 @@ import checkpoint as ckpt
 import configurator
 import flops
 import muon
-import recall
 import track
 from common import (autocast, device_memory, device_name, fail, native_bf16, resolve_device,
                     resolve_dtype)
-from eval import evaluate
+from eval import Text
 from model import GPT, PRESETS, GPTConfig, preset as model_preset
-from prepare import load_split, prepare, read_meta, windows
+from prepare import prepare
+from recall import MQAR
 from tokenizer import get_tokenizer
 
 # -----------------------------------------------------------------------------
 # run
 out_dir = "out"  # runs go to out_dir/run_name/
-run_name = ""  # default: {preset}_{attn}_s{seed}; not --run, which torchrun takes
-               # for its --run_path
-resume = False  # continue the run in out_dir/run_name from its checkpoint
-                # (or from step 0 if it has none)
+run_name = ""  # default: {preset}_{attn}_s{seed}; not --run, which torchrun takes for its --run_path
+resume = False  # continue the run in out_dir/run_name from its checkpoint (or from step 0 if it has none)
 seed = 0  # initialisation and batch order
 check = False  # check the flags, the shape and the memory, then exit, writing nothing
                # (reproduce.sh does, before its first run)
 # model: a preset's shape (model.PRESETS), any field overridden
 preset = "cpu"  # the shape, from model.PRESETS; the fields below override it
 attn = "mha"  # the KV design: mha, gqa, mqa, mla or lrkv
-n_layer = n_head = n_embd = block_size = vocab_size = None  # None = the preset's
-                                                            # (vocab: the data's, padded)
+n_layer = n_head = n_embd = block_size = vocab_size = None  # None = the preset's (vocab: the data's, padded)
 n_kv_head = lrkv_rank = mla_kv_rank = mla_rope_dim = mla_q_rank = None  # None = the preset's,
                                                                         # or model.py's default
 mla_deepseek = None  # MLA with DeepSeek's widths (d_n = d_h) and a learnable kv_norm weight
-lrkv_factored = None  # LRKV with RoPE on the shared key only, K_h = RoPE(K_s) + R B_hᵀ:
-                      # exact absorbed decode
+lrkv_factored = None  # LRKV with RoPE on the shared key only, K_h = RoPE(K_s) + R B_hᵀ: exact absorbed decode
+window = None  # attend to the last `window` tokens only (sliding window, any design); None/0 = all
 attn_scale = None  # multiplier of the QK-normed designs' softmax scale 1/√d_h
                    # (cpu preset 2.0, paper presets 1.0)
 mlp_hidden = None  # the MLP's width; None = 4·n_embd
-match_params = False  # size the MLP so the model has standard MHA's parameter count
-                      # (flops.match_params)
+match_params = False  # size the MLP so the model has standard MHA's parameter count (flops.match_params)
 # data
 data_dir = "data"  # prepared datasets live in data_dir/<dataset>_<tokenizer>/
 dataset = "shakespeare"  # shakespeare (embedded, prepared on first use), fineweb, your own
                          # (prepare.py text), or mqar: recall examples made from the seed (recall.py)
-mqar_pairs = 16  # mqar: key-value pairs a sequence (its length is block_size, its tokens vocab_size)
+mqar_pairs = [16]  # mqar: key-value pairs a sequence (its length is block_size, its tokens vocab_size);
+                   # several, e.g. [4,8,16,32]: a mixture, each count an equal share, scored apart
 mqar_alpha = 0.01  # mqar: how far queries sit from the pairs, a power law (small: near)
 mqar_examples = 1024  # mqar: the fixed val and test sets; the learning curve reads a quarter
 tokenizer = "byte"  # byte for CPU runs, gpt2 for real ones
@@ -81,8 +78,7 @@ warmup_iters = 30  # steps of linear learning-rate warm-up
 min_lr_frac = 0.0  # cosine decays to this fraction of each learning rate
 # optimiser: the paper's Muon for hidden matrices and AdamW for the rest (muon.py), or AdamW alone
 optimizer = "muon"  # muon or adamw
-muon_dtype = "auto"  # Newton-Schulz precision: auto = bf16 on GPUs (the paper's), fp32 on CPUs;
-                     # or bf16, fp32
+muon_dtype = "auto"  # Newton-Schulz precision: auto = bf16 on GPUs (the paper's), fp32 on CPUs; or bf16, fp32
 matrix_lr = muon.MATRIX_LR  # Muon, every hidden weight matrix
 embed_lr = muon.EMBED_LR  # AdamW, token embedding
 head_lr = muon.HEAD_LR  # AdamW, output head
@@ -103,8 +99,7 @@ device = "auto"  # auto: cuda:LOCAL_RANK if available, else cpu; or cpu, cuda, c
 compile = "auto"  # auto: on for cuda
 dtype = "auto"  # autocast precision: auto = bf16 on CUDA if supported,
                 # else fp16 (with a GradScaler); fp32 on CPU
-fsdp = False  # shard weights, gradients and optimiser state across ranks (FSDP2)
-              # instead of DDP's full copies
+fsdp = False  # shard weights, gradients and optimiser state across ranks (FSDP2) instead of DDP's full copies
 activation_checkpointing = False  # recompute each block's activations in backward:
                                   # far less memory, ~1/3 more compute
 memory_limit_gb = 0.0  # refuse a run whose estimated memory per rank exceeds this
@@ -167,8 +162,8 @@ try:
     model_config = model_preset(preset, **overrides)
     flops.accounting(model_config)  # a design flops.py has no formulas for is refused now
     if mqar:
-        recall.check(model_config.block_size, mqar_pairs, model_config.vocab_size)
-except ValueError as e:
+        task = MQAR(model_config.block_size, mqar_pairs, model_config.vocab_size, mqar_alpha, mqar_examples)
+except (ValueError, TypeError) as e:
     fail(str(e))
 if match_params:
     if mlp_hidden is not None:
@@ -196,28 +191,23 @@ except ValueError as e:
 if check:
     sys.exit(0)
 
-# data: the embedded corpus prepares itself on first use; anything else must be prepared first;
-# recall's (x, y) sets are made from their seeds, its training batches at each step
-dataset_dir = os.path.join(data_dir, f"{dataset}_{tokenizer}")
-if dataset == "shakespeare" and master:
-    prepare(dataset, tokenizer, data_dir)
-if ddp:
-    dist.barrier()
-try:
-    if mqar:
-        val_data, test_data = (recall.mqar(mqar_examples, T, mqar_pairs, model_config.vocab_size,
-                                           recall.split_seed(s), mqar_alpha) for s in ["val", "test"])
-        held_out = {s: f"recall.mqar seed {recall.split_seed(s)}" for s in ["val", "test"]}
-    else:
-        train_data, val_data, test_data = (load_split(dataset_dir, s, T + 1) for s in ["train", "val", "test"])
-        held_out = {s: read_meta(dataset_dir)[f"{s}_docs"] for s in ["val", "test"]}
-except (FileNotFoundError, ValueError) as e:
-    fail(str(e))
-n_train = math.inf if mqar else sum(map(len, train_data)) if isinstance(train_data, list) else len(train_data)
+# the task, chosen once: a prepared text (the embedded corpus prepares itself on first use;
+# anything else must be prepared first), or recall examples made from seeds (made above)
+if not mqar:
+    dataset_dir = os.path.join(data_dir, f"{dataset}_{tokenizer}")
+    if dataset == "shakespeare" and master:
+        prepare(dataset, tokenizer, data_dir)
+    if ddp:
+        dist.barrier()
+    try:
+        task = Text(dataset_dir, T, tok.token_bytes(), device, rank, world, eval_tokens)
+    except (FileNotFoundError, ValueError) as e:
+        fail(str(e))
+n_train = task.n_train
 if max_iters * total_batch_tokens > n_train:
     warn(f"{max_iters} steps x {total_batch_tokens} tokens is "
-         f"{max_iters * total_batch_tokens / n_train:.1f} times the {n_train:,} training tokens in "
-         f"{dataset_dir}: the run will see its data more than once")
+         f"{max_iters * total_batch_tokens / n_train:.1f} times the {n_train:,} training tokens of "
+         f"{dataset}: the run will see its data more than once")
 if warmup_iters >= max_iters:
     warn(f"warmup_iters={warmup_iters} >= max_iters={max_iters}: the run never leaves warm-up")
 
@@ -226,26 +216,11 @@ def get_batch(step):
     """This rank's grad_accum micro-batches of the step's global batch, a function of
     (seed, step)."""
     mine = slice(rank * batch_size * grad_accum, (rank + 1) * batch_size * grad_accum)
-    n = batch_size * grad_accum * world
-    if mqar:  # every rank makes the whole batch and keeps its rows: the same batch on any world size
-        x, y = recall.mqar(n, T, mqar_pairs, model_config.vocab_size,
-                           recall.split_seed("train", seed, step), mqar_alpha)
-        xy = torch.stack([x[mine], y[mine]])  # (2, grad_accum·B, T)
-    else:
-        w = windows(train_data, seed, step, n, T, mine)  # (grad_accum·B, T + 1)
-        xy = torch.stack([w[:, :-1], w[:, 1:]])  # inputs and targets, (2, grad_accum·B, T)
+    xy = torch.stack(task.batch(step, seed, batch_size * grad_accum * world, mine))  # (2, grad_accum·B, T)
     xy = xy.view(2, grad_accum, batch_size, T)
     # the copy overlaps the GPU's work
     xy = xy.pin_memory().to(device, non_blocking=True) if cuda else xy
     return list(zip(xy[0], xy[1]))
-
-
-def held_out_score(data, part):
-    """Text: (loss, bits per byte) over part tokens spread over the split (None: every one).
-    Recall: (loss, accuracy) at the answers of the first part examples (None: all)."""
-    if mqar:
-        return recall.score(model, data[0][:part], data[1][:part], batch_size)
-    return evaluate(model, data, T, batch_size, part, token_bytes, device, rank, world)
 
 
 # model init: built on its device, so no rank makes a full copy in host RAM first
@@ -345,7 +320,7 @@ if master:
         config={**run_config, "run": run_name}, **flops.accounting(model_config),
         tokens_per_step=total_batch_tokens, world_size=world, git=git,
         device=f"{world}x {hardware}", threads=torch.get_num_threads(), torch=torch.__version__, dtype=dtype,
-        held_out=held_out,
+        held_out=task.held_out,
         time=time.strftime("%Y-%m-%d %H:%M:%S")))
 tracked = (track.start(tracker, tracker_project, run_name, run_dir, run_config, resume)
            if master else None)
@@ -357,8 +332,7 @@ log(f"{run_name}: {model_config.attn}, {flops.params(model_config) / 1e6:.2f}M p
 
 # -----------------------------------------------------------------------------
 # training loop
-token_bytes = tok.token_bytes()  # for bits per byte
-metric, metric_name = ("acc", "accuracy") if mqar else ("bpb", "bits/byte")
+metric = task.metric
 ckpt_every = eval_interval if ckpt_interval is None else ckpt_interval
 t_start = t_ckpt = time.time()
 step = start
@@ -394,19 +368,16 @@ while True:  # `step` optimiser steps are done
     evaluating = (step % eval_interval == 0 or last) and step > last_logged
     if evaluating:
         with amp:
-            record["test_loss"], record[f"test_{metric}"] = held_out_score(
-                test_data, max(1, mqar_examples // 4) if mqar else eval_tokens)
-        log(f"step {step}: test loss {record['test_loss']:.4f}, {record[f'test_{metric}']:.4f} "
-            f"{metric_name}")
+            record.update({f"test_{k}": v for k, v in task.score(model, "test", task.curve_part, batch_size).items()})
+        log(f"step {step}: test loss {record['test_loss']:.4f}, {metric} {record[f'test_{metric}']:.4f}")
     score = None
-    if evaluating and last:  # the run's result: every token of both held-out splits
+    if evaluating and last:  # the run's result: every example of both held-out splits
         score = dict(type="score", step=step)
-        for name, data in [("val", val_data), ("test", test_data)]:
+        for split in ("val", "test"):
             with amp:
-                score[f"{name}_loss"], score[f"{name}_{metric}"] = held_out_score(data, None)
-        log(f"step {step}: every held-out {'example' if mqar else 'token'}: val loss "
-            f"{score['val_loss']:.4f}, {score[f'val_{metric}']:.4f} {metric_name}; test loss "
-            f"{score['test_loss']:.4f}, {score[f'test_{metric}']:.4f} {metric_name}")
+                score.update({f"{split}_{k}": v for k, v in task.score(model, split, None, batch_size).items()})
+        log(f"step {step}: every held-out {task.unit}: " + "; ".join(
+            f"{s} loss {score[f'{s}_loss']:.4f}, {metric} {score[f'{s}_{metric}']:.4f}" for s in ("val", "test")))
     if master and (evaluating or step % log_interval == 0) and step > last_logged:
         if score:  # first: a kill before the step line redoes the step, and its score with it
             ckpt.append_log(log_path, score)

@@ -57,3 +57,16 @@ def test_help_fields_do_not_depend_on_comment_layout(tmp_path):
     assert configurator.fields(str(script)) == {"name": "the name", "x": "two names", "y": "two names",
                                                  "long": "starts here and goes on", "wide": "spans lines",
                                                  "last": ""}
+
+
+def test_a_list_field_takes_a_list_or_one_item(tmp_path):
+    # --mqar_pairs=8 or --mqar_pairs=[4,8]: a mixture of pair counts is a list
+    import configurator
+    script = tmp_path / "s.py"
+    script.write_text("# ----\npairs = [16]  # counts\n# ----\n")
+    for arg, want in (("--pairs=8", [8]), ("--pairs=[4,8]", [4, 8]), ("--pairs=(4,8)", [4, 8])):
+        g = {"pairs": [16]}
+        configurator.configure(str(script), g, [arg], "")
+        assert g["pairs"] == want
+    with pytest.raises(SystemExit):
+        configurator.configure(str(script), {"pairs": [16]}, ["--pairs=[4,'x']"], "")

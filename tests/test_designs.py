@@ -15,7 +15,8 @@ from model import GPT, GPTConfig
 from test_model import randomized, tiny
 
 # GPTConfig fields every design shares: the rest belong to the design whose row lists them
-SHARED = {"attn", "n_layer", "n_head", "n_embd", "block_size", "vocab_size", "attn_scale", "rope_base", "mlp_hidden"}
+SHARED = {"attn", "n_layer", "n_head", "n_embd", "block_size", "vocab_size", "attn_scale", "rope_base", "mlp_hidden",
+          "window"}
 
 
 def attention_classes():

@@ -28,8 +28,9 @@ def prompt(cfg, B=2, T=5):
 
 
 @pytest.mark.parametrize("attn, kw", [(a, {}) for a in DESIGNS] + [("mla", dict(mla_deepseek=True)),
-                                                                   ("lrkv", dict(lrkv_factored=True))])
-def test_compiled_decode_is_one_graph_equal_to_eager(attn, kw):
+                                                                   ("lrkv", dict(lrkv_factored=True)),
+                                                                   ("lrkv", dict(window=4)), ("mla", dict(window=4))])
+def test_compiled_decode_is_one_graph_equal_to_eager(attn, kw):  # with a window: across its ring's wrap
     from torch._dynamo.utils import counters
     torch._dynamo.reset()
     counters.clear()

@@ -50,7 +50,7 @@ def test_examples_that_cannot_exist_are_refused(args, word):
 def test_splits_never_share_a_seed_or_an_example():
     seeds = {s: {recall.split_seed(s, seed, step) for seed in range(4) for step in range(300)}
              for s in ("train", "val", "test")}
-    assert all(len(v) == 1200 for v in seeds.values())
+    assert len(seeds["train"]) == 1200
     assert not (seeds["train"] & seeds["val"]) and not (seeds["train"] & seeds["test"])
     assert not (seeds["val"] & seeds["test"])
     # examples: train.py's fixed val and test sets against a run's first 50 training batches
@@ -58,6 +58,31 @@ def test_splits_never_share_a_seed_or_an_example():
     val, test = rows("val"), rows("test")
     train = set().union(*(rows("train", seed=0, step=s) for s in range(50)))
     assert not (val & test) and not (train & val) and not (train & test)
+
+
+def test_every_run_seed_draws_its_own_training_examples():
+    # split_seed gave 3·(seed·2^31 + step), and torch's generator keeps a seed's low 32 bits: runs 0
+    # and 2 (and 1000 and 2000) drew the same sequences at every step
+    task = recall.MQAR(64, [4, 8], 64, examples=2)
+    first = {s: [task.batch(step, s, 8, slice(None))[0] for step in range(3)] for s in (0, 1, 2, 3, 1000, 2000)}
+    rows = [tuple(r) for b in first.values() for x in b for r in x.tolist()]
+    assert len(set(rows)) == len(rows) == 6 * 3 * 8  # no sequence twice, across seeds or steps
+    again = recall.MQAR(64, [4, 8], 64, examples=2).batch(2, 1000, 8, slice(None))[0]
+    assert torch.equal(again, first[1000][2])  # and a batch is a function of (seed, step)
+
+
+def test_a_mixture_interleaves_its_counts_and_scores_each_apart():
+    task = recall.MQAR(64, [4, 8, 16], 64, examples=6)
+    x, y = task.batch(0, 0, 7, slice(None))  # 7 rows: counts 4, 8, 16, 4, 8, 16, 4
+    assert [int((r != recall.IGNORE).sum()) for r in y] == [4, 8, 16, 4, 8, 16, 4]
+    assert torch.equal(task.batch(0, 0, 7, slice(2, 5))[0], x[2:5])  # a rank's rows of the same batch
+    model = tiny()
+    out = task.score(model, "test", part=3)
+    for N in (4, 8, 16):
+        want = recall.score(model, *(t[:3] for t in task.held["test"][N]))
+        assert (out[f"loss_p{N}"], out[f"acc_p{N}"]) == want
+    assert out["acc"] == pytest.approx(sum(out[f"acc_p{N}"] for N in (4, 8, 16)) / 3)
+    assert set(recall.MQAR(64, 8, 64, examples=2).score(model, "val")) == {"loss", "acc"}  # one count: as before
 
 
 def tiny(attn="mha"):
@@ -113,16 +138,28 @@ def test_train_on_mqar_logs_accuracy_and_scores_the_fixed_sets(tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
     lines = [json.loads(s) for s in open(tmp_path / "r" / "log.jsonl")]
     header, score = lines[0], next(r for r in lines if r["type"] == "score")
-    assert header["config"]["dataset"] == "mqar" and "seed 1" in header["held_out"]["val"]
+    assert header["config"]["dataset"] == "mqar" and "(1, 0, 0, 8)" in header["held_out"]["val"]
     curve = [r for r in lines if r["type"] == "step" and "test_acc" in r]
     assert [r["step"] for r in curve] == [0, 3, 6] and all(0 <= r["test_acc"] <= 1 for r in curve)
     # the score: the fixed sets, scored again here from the checkpoint
     from checkpoint import load_model
     model, _ = load_model(str(tmp_path / "r" / "ckpt.pt"), "cpu")
     for split in ("val", "test"):
-        x, y = recall.mqar(40, 64, 8, 64, recall.split_seed(split))
+        x, y = recall.mqar(40, 64, 8, 64, (*recall.split_seed(split), 8))
         loss, acc = recall.score(model, x, y)
         assert score[f"{split}_acc"] == pytest.approx(acc) and score[f"{split}_loss"] == pytest.approx(loss)
+
+
+def test_train_on_a_mixture_logs_each_count(tmp_path):
+    p = run(tmp_path, "--mqar_pairs=[4,8]", "--max_iters=3")
+    assert p.returncode == 0, p.stderr[-2000:]
+    lines = [json.loads(s) for s in open(tmp_path / "r" / "log.jsonl")]
+    assert lines[0]["config"]["mqar_pairs"] == [4, 8]
+    score = next(r for r in lines if r["type"] == "score")
+    for split in ("val", "test"):
+        accs = [score[f"{split}_acc_p{N}"] for N in (4, 8)]
+        assert score[f"{split}_acc"] == pytest.approx(sum(accs) / 2)
+    assert all("test_acc_p4" in r for r in lines if r["type"] == "step" and "test_acc" in r)
 
 
 def test_mqar_runs_at_the_presets_vocabulary(tmp_path):
@@ -202,7 +239,7 @@ def test_eval_recall_and_induction_on_a_checkpoint(tmp_path):
     from checkpoint import load_model
     model, _ = load_model(ckpt, "cpu")
     for col, T in enumerate((64, 128)):  # the training length, and twice it (RoPE tables made longer)
-        x, y = recall.mqar(8, T, 8, 64, recall.split_seed("test"))
+        x, y = recall.mqar(8, T, 8, 64, (*recall.split_seed("test"), 8))
         assert table[8][col] == f"{recall.score(evaluation.longer(model, T), x, y)[1]:.3f}"
     first, second = evaluation.induction(model, torch.arange(64), 8, 32)
     assert f"first copy {first:.4f} nats, second copy {second:.4f}" in p.stdout

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# E6's runs (docs/plan.md), two at a time on one thread each, resumable: the same command finishes
+# what a kill left. From the repository root:
+#   bash docs/runs/e6/runs.sh pilot       # stage A: MHA at three rates, seeds 100-101 -> out/e6a
+#   LR=0.01 bash docs/runs/e6/runs.sh validity   # stage B: MHA at the chosen rate, seeds 200-211 -> out/e6b
+#   LR=0.01 bash docs/runs/e6/runs.sh main       # the designs and the window, seeds 0-15 -> out/e6
+#   DRY=1 ...                             # print the commands only
+set -euo pipefail
+stage=${1:?usage: bash docs/runs/e6/runs.sh pilot|validity|main}
+runs() {
+  case $stage in
+    pilot) for s in 100 101; do for lr in 0.005 0.01 0.02; do
+             echo "e6a mha_lr${lr}_s$s --attn=mha --matrix_lr=$lr --seed=$s"; done; done ;;
+    validity) for s in $(seq 200 211); do echo "e6b mha_s$s --attn=mha --matrix_lr=${LR:?} --seed=$s"; done ;;
+    main) for s in $(seq 0 15); do
+            for a in mha gqa mqa mla lrkv; do echo "e6 ${a}_s$s --attn=$a --matrix_lr=${LR:?} --seed=$s"; done
+            echo "e6 mha_w32_s$s --attn=mha --window=32 --matrix_lr=$LR --seed=$s"; done ;;
+    *) echo "error: stage $stage is not pilot, validity or main" >&2; exit 2 ;;
+  esac
+}
+if [ -n "${DRY:-}" ]; then runs; exit 0; fi
+mkdir -p out
+runs | OMP_NUM_THREADS=1 xargs -P 2 -L 1 bash -c \
+  'r=; [ -e out/$0/$1/log.jsonl ] && r=--resume  # a kill left it: finish it
+   python train.py config/mqar.py --out_dir=out/$0 --run_name=$1 $r "${@:2}" > /dev/null 2>> out/$0.err ||
+     echo "$1 failed" >> out/$0.err'
