@@ -1,7 +1,7 @@
 """
 FineWeb-Edu for prepare.py: the parquet files of one of its samples, listed from the Hub, checked
-against the disk, downloaded once into the cache (resumable), and streamed as documents into
-prepare.write_token_shards. Needs the internet and pyarrow.
+against the disk, downloaded once into the cache (resumable), and streamed as documents, which
+prepare.py tokenizes (write_token_shards). Needs the internet and pyarrow.
 
     python prepare.py fineweb --shards=2
 """
@@ -13,8 +13,6 @@ import sys
 import time
 import urllib.error
 import urllib.request
-
-from prepare import write_token_shards
 
 
 FINEWEB_REPO = "HuggingFaceFW/fineweb-edu"
@@ -102,17 +100,16 @@ def fineweb_docs(files, cache_dir):
             yield from batch.column("text").to_pylist()
 
 
-def prepare_fineweb(out_dir, tokenizer, cache_dir, sample="10BT", shards=1, shard_tokens=100_000_000,
-                    val_tokens=10_000_000, nproc=None):
+def fineweb_source(cache_dir, data_dir, sample="10BT", shards=1):
+    """(documents, meta) of the first `shards` parquet files, for prepare.write_token_shards: the
+    documents stream as they download; meta names the files. Held out: the first documents of the
+    first file, the same for any --shards."""
     try:
         import pyarrow.parquet  # noqa: F401  (only FineWeb needs pyarrow, so only FineWeb asks for it)
     except ImportError:
         raise ImportError("reading FineWeb-Edu parquet files needs pyarrow: pip install pyarrow") from None
     os.makedirs(cache_dir, exist_ok=True)
-    files = fineweb_plan(sample, shards, cache_dir, os.path.dirname(out_dir) or ".")
-    # held out: the first documents of the first file, val_tokens for val and again for test; the
-    # same for any --shards
+    files = fineweb_plan(sample, shards, cache_dir, data_dir)
     meta = {"dataset": "fineweb", "sample": sample, "source": f"{FINEWEB_REPO} {FINEWEB_SAMPLES[sample][0]}",
             "parquet_files": files}
-    return write_token_shards(fineweb_docs(files, cache_dir), out_dir, tokenizer, shard_tokens, val_tokens,
-                              nproc, first_source=files[0], meta=meta)
+    return fineweb_docs(files, cache_dir), meta

@@ -53,14 +53,10 @@ class GPTConfig:
         if self.head_dim % 2:
             bad("n_embd", f"head_dim n_embd/n_head = {self.head_dim} must be even for RoPE")
         H, d_h = self.n_head, self.head_dim
-        if self.attn == "gqa":
-            if self.n_kv_head is None:
-                # not 1 (that is MQA) nor H (MHA) where H allows
-                divisors = [g for g in range(2, H) if H % g == 0] or [1]
-                self.n_kv_head = min(divisors, key=lambda g: (abs(g - H / 4), -g))
-            if self.n_kv_head < 1 or H % self.n_kv_head:
-                bad("n_kv_head", f"must divide n_head={H}; use one of "
-                    f"{[g for g in range(1, H + 1) if H % g == 0]}")
+        if self.attn == "gqa" and self.n_kv_head is None:
+            # not 1 (that is MQA) nor H (MHA) where H allows
+            divisors = [g for g in range(2, H) if H % g == 0] or [1]
+            self.n_kv_head = min(divisors, key=lambda g: (abs(g - H / 4), -g))
         if self.attn == "lrkv":
             if self.lrkv_rank is None:
                 self.lrkv_rank = max(1, round(0.4 * d_h))
@@ -79,6 +75,13 @@ class GPTConfig:
                     f"{'' if self.mla_deepseek else ' = d_n + d_r'})")
             if self.mla_q_rank < 0:
                 bad("mla_q_rank", "must be 0 (off) or a positive rank")
+        # by what the design is, not its name, so that a design whose branch above is missing
+        # fails here, not inside its class: its own settings resolved, K/V heads dividing H
+        for field in (f for f in DESIGNS[self.attn].settings if getattr(self, f) is None):
+            bad(field, f"--attn={self.attn} leaves it unset: give it a default in GPTConfig.__post_init__")
+        Hkv = self.kv_heads if DESIGNS[self.attn].cls == "GroupedQueryAttention" else H
+        if not (isinstance(Hkv, int) and 0 < Hkv <= H and H % Hkv == 0):
+            bad("n_kv_head", f"K/V heads must divide n_head={H}; use one of {[g for g in range(1, H + 1) if H % g == 0]}")
         if self.mlp_hidden is None:
             self.mlp_hidden = 4 * self.n_embd
         if self.mlp_hidden < 1:
@@ -93,7 +96,11 @@ class GPTConfig:
     @property
     def kv_heads(self):
         # the K/V heads of GroupedQueryAttention: H for mha, n_kv_head for gqa, 1 for mqa
-        return {"mha": self.n_head, "gqa": self.n_kv_head, "mqa": 1}[self.attn]
+        heads = {"mha": self.n_head, "gqa": self.n_kv_head, "mqa": 1}
+        if self.attn not in heads:
+            raise ValueError(f"attn={self.attn!r}: GPTConfig.kv_heads has no entry for it; add how many "
+                             "K/V heads it has")
+        return heads[self.attn]
 
 
 class ReLU2(torch.autograd.Function):

@@ -3,9 +3,10 @@ Redraw Figure 4 of "Low-Rank Key Value Attention" (arXiv 2601.11471) from traini
 against training tokens (bottom axis) and compute (top axis), one line per attention design, seeds
 averaged with a min-max band; and a table of each design's final loss over seeds, its paired
 difference to MHA (same seed, same data order) with a 95% interval and p, and the paper's metric,
-how much sooner it reaches MHA's final loss. Two kinds of sweep draw something else (sweeps.py):
---pareto, loss against KV-cache size, and --lr, loss against the Muon rate. The statistics are in
-stats.py.
+how much sooner it reaches MHA's final loss. Other modes draw something else: --pareto, loss
+against KV-cache size, and --lr, loss against the Muon rate (analysis/sweeps.py); --recall, MQAR
+solve rates (analysis/recall.py); --verdict, every experiment's answer (analysis/verdict.py). What
+reads and judges the logs is in analysis/, this file draws and writes.
 
 It reads only the <dir>/<run>/log.jsonl files that train.py writes; it never imports torch. The
 runs must be one experiment (the same shape, data, steps, batch and optimiser; per design the same
@@ -19,251 +20,34 @@ python plot.py out/reproduce --x=flops --seeds   # against compute, with every s
 python plot.py out/pareto --pareto               # what SWEEP=pareto bash reproduce.sh draws
 python plot.py out/lr --lr                       # what SWEEP=lr bash reproduce.sh draws
 python plot.py out/recall --recall               # what SWEEP=recall bash reproduce.sh draws (MQAR)
-python plot.py --verdict                         # every experiment's answer in one table (docs/runs)
+python plot.py --verdict                         # every experiment's answer, at a glance and in full
 python plot.py out/matched out/reproduce/cpu_mha_s*   # parameter-matched designs, the figure's MHA
 """
 import os
 import sys
-import json
-import glob
 import math
 import argparse
-from collections import Counter
 
 import numpy as np
 import matplotlib
 matplotlib.use("Agg")  # we only write files, so never need a window (works with no display)
 import matplotlib.pyplot as plt
 
-from common import DESIGNS, design_keys, fail, warn
-from stats import RULE, family, final_losses, fmt, gap, gap_head, render, seed_stats, welch
-from sweeps import cache, lr_mode, pareto_mode, recall_mode
+from common import DESIGNS, fail, warn
+from analysis.curves import deltas, summarize
+from analysis.logs import load_runs, odd_runs
+from analysis.recall import recall_mode
+from analysis.stats import RULE, family, fmt, gap, gap_head, render, welch
+from analysis.sweeps import lr_mode, pareto_mode
+from analysis.verdict import verdict
 
-# one experiment: these match across all runs (and each design's own settings across its seeds)
-SHAPE_KEYS = ["n_layer", "n_head", "n_embd", "block_size", "vocab_size", "attn_scale", "dataset",
-              "tokenizer", "held_out", "max_iters", "total_batch_tokens", "optimizer", "matrix_lr",
-              "embed_lr", "head_lr", "weight_decay", "warmup_iters", "min_lr_frac", "mqar_alpha",
-              "mqar_examples"]
 TOKEN_UNITS = [(1e9, "Billions"), (1e6, "Millions"), (1e3, "Thousands")]
 FLOP_UNITS = [(1e18, "ExaFLOPs"), (1e15, "PetaFLOPs"), (1e12, "TeraFLOPs"), (1e9, "GigaFLOPs")]
 AXIS_NAMES = {"tokens": "Training Tokens ({})", "flops": "Training Compute ({})"}
 
 
 # -----------------------------------------------------------------------------
-# logs: find and read them, and check that they are one experiment
-
-def load_runs(dirs):
-    """The runs under dirs: each may be a run folder, a folder of runs, or a log file. A run that
-    cannot be read is skipped with a warning; none that can be read, or no log at all: refused."""
-    paths, seen = [], set()
-    for d in dirs:
-        if not os.path.exists(d):
-            fail(f"no such file or folder: {d}")
-        if os.path.isfile(d):
-            found = [d]
-        elif os.path.isfile(os.path.join(d, "log.jsonl")):
-            found = [os.path.join(d, "log.jsonl")]
-        else:
-            found = sorted(glob.glob(os.path.join(d, "*", "log.jsonl")))
-        for p in found:  # `plot.py out out/run1` must not count run1 twice
-            if os.path.realpath(p) not in seen:
-                seen.add(os.path.realpath(p))
-                paths.append(p)
-    if not paths:
-        fail(f"no log.jsonl in {', '.join(dirs)} (looked for <dir>/log.jsonl and "
-             f"<dir>/*/log.jsonl); make some with `python train.py`")
-    runs, skipped = [], []
-    for path in paths:
-        try:
-            runs.append(load_run(path))
-        except (ValueError, OSError) as e:
-            skipped.append(str(e))
-    if not runs:
-        fail(f"no usable run: {'; '.join(skipped)}")
-    for msg in skipped:
-        warn(f"skipping {msg}")
-    return runs
-
-
-def load_run(path):
-    """One run's header and eval points as numpy arrays. Raises ValueError for a bad header."""
-    with open(path, encoding="utf-8", errors="replace") as f:
-        lines = f.read().splitlines()
-    header, steps, bad, score = None, [], [], {}
-    for i, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            rec = None
-        if header is None:
-            # without a header we cannot tell which design the run is, so the whole run is skipped
-            if not isinstance(rec, dict) or rec.get("type") != "header":
-                raise ValueError(f"{path}: line {i} is not a header line")
-            header = rec
-        elif isinstance(rec, dict) and rec.get("type") == "header":
-            continue  # a resumed run appends another header; the first one describes the run
-        elif isinstance(rec, dict) and rec.get("type") == "score":
-            score = rec  # every held-out token, at the last step
-        elif not (isinstance(rec, dict) and rec.get("type") == "step"
-                  and isinstance(rec.get("step"), int) and isinstance(rec.get("tokens"), (int, float))):
-            bad.append(i)  # e.g. the last line of a run that is still writing it
-        else:
-            # a resumed run logs again from its checkpoint: the newest copy of a step wins, and
-            # steps that the interrupted segment logged past the checkpoint go with it
-            while steps and steps[-1]["step"] >= rec["step"]:
-                steps.pop()
-            steps.append(rec)
-    if header is None:
-        raise ValueError(f"{path}: empty log, no header line")
-    if not steps or score.get("step") != steps[-1]["step"]:
-        score = {}  # a run trained on past its score (a larger --max_iters) has none yet
-    attn = header.get("attn")
-    if attn not in DESIGNS:  # e.g. a design that common.DESIGNS has no row for
-        raise ValueError(f"{path}: header attn is {attn!r}, expected one of {', '.join(DESIGNS)}")
-    if bad:
-        more = " ..." if len(bad) > 5 else ""
-        warn(f"{path}: skipped unreadable line(s) {', '.join(map(str, bad[:5]))}{more}")
-    config = header.get("config") if isinstance(header.get("config"), dict) else {}
-    # fields older logs lack, as their default then was (text runs carry the MQAR knobs, unused)
-    config = {"lrkv_factored": False, "mqar_alpha": 0.01, "mqar_examples": 1024, **config}
-    if "mlp_hidden" not in config and isinstance(config.get("n_embd"), int):
-        config["mlp_hidden"] = 4 * config["n_embd"]
-    # the test text: logs from before the val/test split scored the opening of val.bin (Hamlet)
-    config["held_out"] = json.dumps(header.get("held_out", "val.bin's first eval_tokens"))
-    evals = [s for s in steps if isinstance(s.get("test_loss"), (int, float))]
-    col = lambda key, dtype=float: np.array([s.get(key, math.nan) for s in evals], dtype=dtype)
-    return {"path": path, "name": header.get("run") or os.path.basename(os.path.dirname(path)),
-            "attn": attn, "header": header, "config": config, "step": col("step", np.int64),
-            "tokens": col("tokens"), "flops": col("flops"), "loss": col("test_loss"), "acc": col("test_acc"),
-            "score": score}
-
-
-def odd_runs(runs, sweep=False, lr=False, own_rates=False, free=()):
-    """'name (how it differs)' for every run outside the experiment that most runs are: another
-    shape, data, length, batch or optimiser setting than the largest group (but the Muon rate in a
-    learning-rate sweep, or with each design at its own rate), or (unless a sweep of settings) other
-    settings than most of its design (with own_rates, its Muon rate too)."""
-    odd = set()  # ids: a run holds numpy arrays, so `in` on a list of runs would compare them
-
-    def split(group, keys):
-        key = lambda r: tuple(r["config"].get(k) for k in keys)
-        common = Counter(map(key, group)).most_common(1)[0][0]
-        for r in group:
-            if key(r) != common:
-                odd.add(id(r))
-                how = [f"{k}={v} not {c}" for k, v, c in zip(keys, key(r), common) if v != c]
-                yield f"{r['name']} ({', '.join(how)})"
-
-    free = {*free, *(["matrix_lr"] if lr or own_rates else [])}  # what the experiment varies
-    why = list(split(runs, [k for k in SHAPE_KEYS if k not in free]))
-    for attn in DESIGNS if not sweep else []:
-        group = [r for r in runs if r["attn"] == attn and id(r) not in odd]
-        keys = design_keys(attn) + (("matrix_lr",) if own_rates else ())
-        why += list(split(group, keys)) if group else []
-    return why
-
-
-# -----------------------------------------------------------------------------
 # the figure: loss against tokens or compute per design, and how much sooner each gets to MHA's loss
-
-def combine(runs):
-    """Average a design's seeds over the eval steps all of them reached: mean, min, max curves."""
-    label = DESIGNS[runs[0]["attn"]].label
-    for r in runs:
-        if len(r["step"]) == 0:
-            warn(f"{r['path']}: no eval yet, listed in the table but not drawn")
-    runs = [r for r in runs if len(r["step"])]
-    if not runs:
-        return None
-    common = set(runs[0]["step"].tolist()).intersection(*[r["step"].tolist() for r in runs[1:]])
-    if not common:
-        warn(f"{label}: the runs share no eval step, using {runs[0]['path']} only")
-        runs, common = runs[:1], set(runs[0]["step"].tolist())
-    steps = np.array(sorted(common))
-    if any(r["step"][-1] > steps[-1] for r in runs):
-        warn(f"{label}: averaging {len(runs)} runs up to step {steps[-1]}, "
-             f"the last eval all of them reached")
-    pick = lambda key: np.stack([r[key][np.isin(r["step"], steps)] for r in runs])
-    loss = pick("loss")
-    return {"runs": runs, "step": steps, "tokens": pick("tokens").mean(0),
-            "flops": pick("flops").mean(0), "loss": loss.mean(0), "lo": loss.min(0), "hi": loss.max(0)}
-
-
-def reach(xs, losses, target):
-    """First x at which the loss gets down to target, linear between eval points; None if never."""
-    xs, losses = np.asarray(xs, dtype=float), np.asarray(losses, dtype=float)
-    hit = np.nonzero(losses <= target)[0]
-    if len(hit) == 0:
-        return None
-    i = hit[0]
-    if i == 0:
-        return float(xs[0])
-    x0, x1, l0, l1 = xs[i - 1], xs[i], losses[i - 1], losses[i]
-    return float(x0 + (l0 - target) / (l0 - l1) * (x1 - x0))
-
-
-def summarize(runs):
-    """One row per design present, in legend order, with its averaged curve and table values."""
-    rows = []
-    for attn in DESIGNS:
-        group = [r for r in runs if r["attn"] == attn]
-        if not group:
-            continue
-        h, c = group[0]["header"], combine(group)
-        last = lambda key: c[key][-1] if c else None
-        rows.append({**cache(h), "attn": attn, "label": DESIGNS[attn].label, "n": len(group),
-                     "curve": c, "tokens": last("tokens"), "flops": last("flops"), "loss": last("loss"),
-                     "params": h.get("params"), "fpt": h.get("flops_per_token"),
-                     "paper_fpt": h.get("paper_flops_per_token"), "reach_tokens": None,
-                     "reach_flops": None, "faster_tokens": None, "faster_flops": None,
-                     "miss": "-"})  # what the reach columns say when the design does not get there
-    # the paper's metric: how much sooner a design gets down to the baseline's final test loss.
-    # The baseline's own reference point is its final eval, i.e. its whole training budget.
-    base = next((r for r in rows if r["attn"] == "mha" and r["curve"]), None)
-    for r in rows:
-        c = r["curve"]
-        r.update(seed_stats(c["runs"], base and base["curve"]["runs"], c["step"][-1]) if c else
-                 seed_stats([], None, None))
-        if base is None or c is None:
-            continue
-        for x in ("tokens", "flops"):
-            r[f"reach_{x}"] = base[x] if r is base else reach(c[x], c["loss"], base["loss"])
-            if r[f"reach_{x}"] is not None:
-                r[f"faster_{x}"] = 1 - r[f"reach_{x}"] / base[x]
-            if r is not base:
-                r[f"faster_{x}_ci"] = faster_interval(c, base["curve"], x)
-        # a shorter run may still get there
-        r["miss"] = "not yet" if r["tokens"] < base["tokens"] else "never"
-    return family(rows)
-
-
-def faster_interval(c, base, x, resamples=10_000):
-    """The 95% percentile interval of 'faster' (1 - x to reach MHA's final loss / MHA's x) over
-    bootstrap resamples of the seeds both curves have, each seed drawn with MHA's same seed
-    (numpy's generator, seed 0; docs/plan.md). -inf where a resample never gets there. None with
-    fewer than two such seeds."""
-    seed = lambda r: r["config"].get("seed")
-    mine = {seed(r): r for r in c["runs"]}
-    pairs = [(mine[seed(b)], b) for b in base["runs"] if seed(b) in mine]
-    if len(pairs) < 2:
-        return None
-    at = lambda r, steps: r["loss"][np.isin(r["step"], steps)]
-    own = np.stack([at(a, c["step"]) for a, _ in pairs])  # (seeds, evals)
-    ref = np.stack([at(b, base["step"])[-1:] for _, b in pairs])[:, 0]  # MHA's final eval per seed
-    pick = np.random.default_rng(0).integers(0, len(pairs), (resamples, len(pairs)))
-    loss, target = own[pick].mean(1), ref[pick].mean(1)  # (resamples, evals), (resamples,)
-    hit = loss <= target[:, None]
-    i = hit.argmax(1)  # the first eval at or below the target
-    xs, prev = c[x][i], c[x][np.maximum(i - 1, 0)]
-    l0, l1 = loss[np.arange(resamples), np.maximum(i - 1, 0)], loss[np.arange(resamples), i]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        cross = np.where((i > 0) & (l0 > l1), prev + (l0 - target) / (l0 - l1) * (xs - prev), xs)
-    faster = np.where(hit.any(1), 1 - cross / base[x][-1], -np.inf)
-    lo, hi = np.quantile(faster, [0.025, 0.975], method="inverted_cdf")
-    return float(lo), float(hi)
-
 
 def unit(x, units):
     """The largest unit not above x, e.g. 3.2e8 tokens -> (1e6, 'Millions')."""
@@ -350,18 +134,6 @@ def figure_mode(runs, x="tokens", seeds=False, xmin=0.1):
         last = f"{r['loss'][-1]:.4f} at step {r['step'][-1]}" if len(r["step"]) else "no eval yet"
         notes.append(f"run {r['name']} ({r['attn']}, seed {r['config'].get('seed', '?')}): {last}")
     return fig, results_table(rows), notes, (f"figure_{x}", "results.md")
-
-
-def deltas(runs, split="test"):
-    """{design: its final loss on split minus MHA's, seed by seed} at the runs' last eval step."""
-    step = max((r["step"][-1] for r in runs if len(r["step"])), default=None)
-    base = final_losses([r for r in runs if r["attn"] == "mha"], step, split)
-    out = {}
-    for attn in DESIGNS:
-        own = final_losses([r for r in runs if r["attn"] == attn], step, split)
-        if attn != "mha" and own:
-            out[attn] = [own[k] - base[k] for k in sorted(own) if k in base]
-    return out
 
 
 def versus_table(runs, other, there):
@@ -453,7 +225,7 @@ def main(argv=None):
     sweeps.add_argument("--own_rates", action="store_true",
                         help="the figure with each design at its own Muon rate (one rate a design)")
     p.add_argument("--verdict", action="store_true",
-                   help="the one-screen table of every experiment in docs/runs (E1-E4), printed")
+                   help="every experiment in docs/runs in one table, at a glance and in full, printed")
     p.add_argument("--versus", metavar="DIR", action="append",
                    help="another experiment of the same designs (another context, say): how each "
                         "design's gap to MHA differs between the two; repeat it for more folders")
@@ -461,9 +233,7 @@ def main(argv=None):
     args = p.parse_args(argv)
 
     if args.verdict:
-        from verdict import verdict  # it builds on this file's functions
-        table, note = verdict()
-        print(table + "\n\n" + note)
+        print("\n\n".join(verdict()))  # the glance, then the full table and its notes
         return 0
     if args.versus and (args.pareto or args.lr or args.recall):
         fail("--versus compares two figures' gaps; it does not go with --pareto, --lr or --recall")

@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from common import ArgumentParser, count, fail
+from fineweb import FINEWEB_SAMPLES, fineweb_source
 from tokenizer import get_tokenizer
 
 DEFAULT_TOKENIZER = {"shakespeare": "byte", "fineweb": "gpt2"}
@@ -314,7 +315,7 @@ def write_token_shards(docs, out_dir, tokenizer="gpt2", shard_tokens=100_000_000
 def prepare(dataset, tokenizer=None, data_dir="data", **args):
     """Prepares data_dir/<dataset>_<tokenizer>/ unless it is there already; returns that path.
     tokenizer=None takes the dataset's default: byte for shakespeare and text, gpt2 for fineweb.
-    args: for fineweb sample, shards, shard_tokens, val_tokens, nproc (see prepare_fineweb); for
+    args: for fineweb sample, shards (fineweb_source), shard_tokens, val_tokens, nproc (write_token_shards); for
     text input, name and held_out (see prepare_text), always prepared afresh (the files may have changed)."""
     tokenizer = tokenizer or DEFAULT_TOKENIZER.get(dataset, "byte")
     allowed = {"fineweb": {"sample", "shards", "shard_tokens", "val_tokens", "nproc"},
@@ -342,8 +343,10 @@ def prepare(dataset, tokenizer=None, data_dir="data", **args):
     if dataset == "shakespeare":
         meta = prepare_shakespeare(out_dir, tokenizer, cache_dir)
     elif dataset == "fineweb":
-        from fineweb import prepare_fineweb  # it builds on this file's token shards
-        meta = prepare_fineweb(out_dir, tokenizer, os.path.join(cache_dir, "fineweb-edu"), **args)
+        where = {k: args[k] for k in ("sample", "shards") if k in args}
+        docs, source = fineweb_source(os.path.join(cache_dir, "fineweb-edu"), data_dir, **where)
+        meta = write_token_shards(docs, out_dir, tokenizer, first_source=source["parquet_files"][0], meta=source,
+                                  **{k: args[k] for k in ("shard_tokens", "val_tokens", "nproc") if k in args})
     elif dataset == "text":
         meta = prepare_text(out_dir, tokenizer, args["input"], args.get("held_out", 0.1), name)
     for split in SPLITS:
@@ -399,7 +402,6 @@ def windows(split, seed, step, n, T, rows=None):
 
 
 if __name__ == "__main__":
-    from fineweb import FINEWEB_SAMPLES
     parser = ArgumentParser(description="tokenize a corpus into data/<dataset>_<tokenizer>/")
     parser.add_argument("dataset", choices=["shakespeare", "fineweb", "text"])
     parser.add_argument("--tokenizer", choices=["byte", "gpt2"], default=None,

@@ -6,6 +6,8 @@ import sys
 
 import torch
 
+from common import DESIGNS
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -18,11 +20,11 @@ def test_dry_run_prints_the_table(tmp_path):
     p = gpu_check("--dry", f"--out={tmp_path}")
     assert p.returncode == 0, p.stderr[-3000:]
     assert (tmp_path / "results.md").read_text() == p.stdout  # written line by line as printed
-    assert len((tmp_path / "results.jsonl").read_text().splitlines()) == 7  # the designs, 512m-8k x 2
+    assert len((tmp_path / "results.jsonl").read_text().splitlines()) == len(DESIGNS) + 2  # and 512m-8k x 2
     assert "torch " + torch.__version__ in p.stdout and "SDPA priority" in p.stdout
     rows = [line.split(" | ") for line in p.stdout.splitlines() if re.match(r"\| [\w -]+ \| [\d,]+ \| ", line)
             and line.count(" | ") == 12]  # the design tables' rows, not the decode table's
-    assert [r[0][2:] for r in rows] == ["mha", "lrkv", "mla", "gqa", "mqa", "mha 512m-8k", "lrkv 512m-8k"]
+    assert [r[0][2:] for r in rows] == [*DESIGNS, "mha 512m-8k", "lrkv 512m-8k"]
     for r in rows:
         assert r[6] in ("flash", "efficient", "cudnn", "math")  # SDPA ran in training
         assert r[7] == "none (matmuls)" and 0 < float(r[4].rstrip("%")) < 100  # none in decoding; the optimiser's share

@@ -1,5 +1,4 @@
 """plot.py on synthetic logs whose numbers can be worked out by hand. Fast and offline."""
-import glob
 import os
 import sys
 import json
@@ -13,10 +12,8 @@ matplotlib.use("Agg")
 from matplotlib.colors import to_rgba
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-import common  # noqa: E402
 import plot  # noqa: E402
-import stats  # noqa: E402
-import sweeps  # noqa: E402
+from analysis import curves, logs, stats, sweeps  # noqa: E402
 
 TPS = 10_000  # tokens per step: evals every 100 steps are 1M tokens apart
 FPT = {"mha": 1.0e8, "lrkv": 0.98e8, "mla": 0.95e8, "gqa": 0.96e8, "mqa": 0.94e8}
@@ -98,28 +95,28 @@ def runs_dir(tmp_path):
 
 def test_reach_interpolates_and_never():
     t = [0, 10, 20, 30]
-    assert plot.reach(t, [4.0, 3.0, 2.0, 1.0], 2.5) == pytest.approx(15.0)
-    assert plot.reach(t, [4.0, 3.0, 2.0, 1.0], 2.0) == pytest.approx(20.0)   # exactly at an eval point
-    assert plot.reach(t, [2.0, 3.0, 1.0, 1.0], 2.5) == pytest.approx(0.0)    # already there at the first eval
-    assert plot.reach(t, [4.0, 3.0, 2.6, 2.55], 2.5) is None
-    assert plot.reach(t, [4.0, 2.0, 3.0, 1.0], 2.5) == pytest.approx(7.5)    # the first crossing counts
+    assert curves.reach(t, [4.0, 3.0, 2.0, 1.0], 2.5) == pytest.approx(15.0)
+    assert curves.reach(t, [4.0, 3.0, 2.0, 1.0], 2.0) == pytest.approx(20.0)   # exactly at an eval point
+    assert curves.reach(t, [2.0, 3.0, 1.0, 1.0], 2.5) == pytest.approx(0.0)    # already there at the first eval
+    assert curves.reach(t, [4.0, 3.0, 2.6, 2.55], 2.5) is None
+    assert curves.reach(t, [4.0, 2.0, 3.0, 1.0], 2.5) == pytest.approx(7.5)    # the first crossing counts
 
 
 def test_load_run_resumed_and_truncated(runs_dir, capsys):
-    mha = plot.load_run(str(runs_dir / "mha" / "log.jsonl"))
+    mha = logs.load_run(str(runs_dir / "mha" / "log.jsonl"))
     assert mha["attn"] == "mha" and mha["header"].get("resumed") is None  # the first header describes it
     assert mha["step"].tolist() == [0, 100, 200, 300, 400, 500]
     assert mha["loss"].tolist() == MHA  # the stale 1.0 at step 400 is gone
-    mqa = plot.load_run(str(runs_dir / "mqa" / "log.jsonl"))
+    mqa = logs.load_run(str(runs_dir / "mqa" / "log.jsonl"))
     assert mqa["loss"].tolist() == MQA
     err = capsys.readouterr().err
     assert "mqa" in err and "unreadable" in err and "mha" not in err
 
 
 def test_summary_values_by_hand(runs_dir, capsys):
-    runs = plot.load_runs([str(runs_dir)])
-    rows = {r["attn"]: r for r in plot.summarize(runs)}
-    assert [r["attn"] for r in plot.summarize(runs)] == ["mha", "lrkv", "mla", "gqa", "mqa"]
+    runs = logs.load_runs([str(runs_dir)])
+    rows = {r["attn"]: r for r in curves.summarize(runs)}
+    assert [r["attn"] for r in curves.summarize(runs)] == ["mha", "lrkv", "mla", "gqa", "mqa"]
     M = 1e6
     assert rows["mha"]["loss"] == pytest.approx(2.8)
     assert rows["mha"]["reach_tokens"] == pytest.approx(5 * M) and rows["mha"]["faster_tokens"] == pytest.approx(0)
@@ -163,18 +160,18 @@ def test_faster_interval_by_hand(tmp_path):
     for seed, losses in enumerate([LRKV, MQA]):
         write(d / f"mha_s{seed}", [header("mha", f"mha_s{seed}", seed=seed)] + step_lines("mha", MHA))
         write(d / f"lrkv_s{seed}", [header("lrkv", f"lrkv_s{seed}", seed=seed)] + step_lines("lrkv", losses))
-    lrkv = next(r for r in plot.summarize(plot.load_runs([str(d)])) if r["attn"] == "lrkv")
+    lrkv = next(r for r in curves.summarize(logs.load_runs([str(d)])) if r["attn"] == "lrkv")
     assert lrkv["faster_tokens_ci"] == (-math.inf, pytest.approx(1 - (11 / 3) / 5))
     assert "never [never, +26.7%]" in cells(plot.results_table([lrkv]), "LRKV")
     # both seeds LRKV's curve: every resample is the same, the interval is the point
     write(d / "lrkv_s1", [header("lrkv", "lrkv_s1", seed=1)] + step_lines("lrkv", LRKV))
-    lrkv = next(r for r in plot.summarize(plot.load_runs([str(d)])) if r["attn"] == "lrkv")
+    lrkv = next(r for r in curves.summarize(logs.load_runs([str(d)])) if r["attn"] == "lrkv")
     assert lrkv["faster_tokens_ci"] == pytest.approx((1 - (11 / 3) / 5,) * 2)
 
 
 def test_figure_lines_styles_and_axes(runs_dir):
-    runs = plot.load_runs([str(runs_dir)])
-    fig, ax, top = plot.draw(plot.summarize(runs))
+    runs = logs.load_runs([str(runs_dir)])
+    fig, ax, top = plot.draw(curves.summarize(runs))
     lines = ax.get_lines()
     assert [l.get_label() for l in lines] == ["Standard MHA", "LRKV", "MLA", "GQA", "MQA"]
     want = [("tab:blue", "-"), ("tab:red", "-"), ("tab:purple", ":"), ("tab:orange", "--"), ("tab:green", "-")]
@@ -196,8 +193,8 @@ def test_figure_lines_styles_and_axes(runs_dir):
 
 
 def test_flops_axis_and_unit_scaling(runs_dir):
-    runs = plot.load_runs([str(runs_dir)])
-    fig, ax, top = plot.draw(plot.summarize(runs), x="flops", seeds=True)
+    runs = logs.load_runs([str(runs_dir)])
+    fig, ax, top = plot.draw(curves.summarize(runs), x="flops", seeds=True)
     assert ax.get_xlabel() == "Training Compute (TeraFLOPs)"
     assert top.get_xlabel() == "Training Tokens (Millions)"
     mqa = [l for l in ax.get_lines() if l.get_label() == "MQA"][0]
@@ -257,7 +254,7 @@ def test_seeds_are_told_apart_by_their_own_designs_settings(tmp_path, capsys):
     assert plot.main([str(d)]) == 0
     assert cells((d / "results.md").read_text(), "Standard MHA")[1:3] == ["2", "2.7900"]
     assert cells((d / "results.md").read_text(), "MQA")[1:5] == ["2", "2.7900", "0.0141", "2"]
-    rows = sweeps.sweep(plot.load_runs([str(d)]))
+    rows = sweeps.sweep(logs.load_runs([str(d)]))
     assert [(r["setting"], r["n"]) for r in rows] == [("kv=4", 2), ("kv=1", 2)]  # one setting each
     # GQA's K/V heads are its own setting: two GQA runs that differ in them are two experiments
     for seed, kv in enumerate([2, 1]):
@@ -267,7 +264,7 @@ def test_seeds_are_told_apart_by_their_own_designs_settings(tmp_path, capsys):
     err, _ = refused([str(d)], capsys)
     assert "gqa_s1 (n_kv_head=1 not 2)" in err and "mha_s" not in err and "mqa_s" not in err
     assert plot.main([str(d), "--pareto"]) == 0  # a sweep of settings: two GQA points
-    gqa = [r for r in sweeps.sweep(plot.load_runs([str(d)])) if r["attn"] == "gqa"]
+    gqa = [r for r in sweeps.sweep(logs.load_runs([str(d)])) if r["attn"] == "gqa"]
     assert sorted((r["setting"], r["n"]) for r in gqa) == [("kv=1", 1), ("kv=2", 1)]
 
 
@@ -275,54 +272,13 @@ def test_no_eval_run_listed_not_drawn(tmp_path, capsys):
     d = tmp_path / "out"
     write(d / "mha", [header("mha", "mha")] + step_lines("mha", MHA))
     write(d / "gqa", [header("gqa", "gqa")] + [l for l in step_lines("gqa", GQA_A) if "test_loss" not in l])
-    rows = plot.summarize(plot.load_runs([str(d)]))
+    rows = curves.summarize(logs.load_runs([str(d)]))
     assert "no eval yet" in capsys.readouterr().err
     fig, ax, _ = plot.draw(rows)
     assert [l.get_label() for l in ax.get_lines()] == ["Standard MHA"]
     gqa = cells(plot.results_table(rows), "GQA")
     assert gqa[1] == "1" and gqa[2:4] == ["-"] * 2 and gqa[4] == "0" and gqa[5:12] == ["-"] * 7
     assert gqa[-2:] == ["-", "-"]
-
-
-def t_tail_by_integration(t, df):
-    # P(|T| >= t) from Student's density, summed numerically: a check independent of stats.betainc
-    x = np.linspace(abs(t), abs(t) + 4000, 4_000_001)
-    c = np.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(df * math.pi)
-    y = c * (1 + x * x / df) ** (-(df + 1) / 2)
-    return 2 * float(((y[1:] + y[:-1]) / 2 * np.diff(x)).sum())
-
-
-def test_t_distribution_known_values():
-    # closed forms: df 1 is Cauchy's, P(|T| >= t) = 1 - 2 atan(t) / pi; df 2's is 1 - t / sqrt(2 + t^2)
-    for t in [0.3, 1.0, 2.0, 12.706]:
-        assert stats.t_p(t, 1) == pytest.approx(1 - 2 * math.atan(t) / math.pi, rel=1e-9)
-        assert stats.t_p(t, 2) == pytest.approx(1 - t / math.sqrt(2 + t * t), rel=1e-9)
-    # the printed tables' 97.5% and 99.5% points
-    for df, t975, t995 in [(1, 12.7062, 63.6567), (2, 4.3027, 9.9248), (4, 2.7764, 4.6041), (9, 2.2622, 3.2498),
-                           (30, 2.0423, 2.7500)]:
-        assert stats.t_quantile(0.975, df) == pytest.approx(t975, abs=1e-4)
-        assert stats.t_quantile(0.995, df) == pytest.approx(t995, abs=1e-4)
-        assert stats.t_p(t975, df) == pytest.approx(0.05, rel=1e-3) and stats.t_p(t995, df) == pytest.approx(0.01, rel=1e-3)
-    for t, df in [(0.5, 3), (2.5, 5), (6.0, 9), (1.7, 40)]:
-        assert stats.t_p(t, df) == pytest.approx(t_tail_by_integration(t, df), rel=1e-5)
-    assert stats.t_p(0.0, 4) == 1.0
-
-
-def test_paired_t_on_known_data():
-    # n = 2: d = 0.06, 0.04, mean 0.05, sd 0.02/sqrt(2), t = 5 on 1 df. The old rule (|mean| > 2 sd)
-    # called this gap real; its 95% interval is 0.05 ± 12.706 x 0.01 and includes 0
-    r = stats.paired_t([0.06, 0.04])
-    assert r["pairs"] == 2 and r["diff"] == pytest.approx(0.05) and r["diff_sd"] == pytest.approx(0.02 / math.sqrt(2))
-    assert r["lo"] == pytest.approx(0.05 - 0.127062, abs=1e-5) and r["hi"] == pytest.approx(0.05 + 0.127062, abs=1e-5)
-    assert r["p"] == pytest.approx(1 - 2 * math.atan(5) / math.pi) and r["established"] is False
-    # n = 10: five 0.01s and five 0.03s, mean 0.02, sd sqrt(10/9) x 0.01, t = 6 on 9 df
-    r = stats.paired_t([0.01] * 5 + [0.03] * 5)
-    half = 2.262157 * math.sqrt(10 / 9) * 0.01 / math.sqrt(10)
-    assert r["lo"] == pytest.approx(0.02 - half, abs=1e-7) and r["hi"] == pytest.approx(0.02 + half, abs=1e-7)
-    assert r["p"] == pytest.approx(t_tail_by_integration(6.0, 9), rel=1e-5) and r["p"] < 0.001 and r["established"]
-    # the sign does not matter; one pair has no interval
-    assert stats.paired_t([-0.01] * 5 + [-0.03] * 5)["established"] and stats.paired_t([-0.01] * 5 + [-0.03] * 5)["hi"] < 0
-    assert stats.paired_t([0.3])["lo"] is None and stats.paired_t([0.3])["established"] is None
 
 
 def test_paired_statistics_by_hand(tmp_path):
@@ -334,8 +290,8 @@ def test_paired_statistics_by_hand(tmp_path):
         for seed, last in enumerate(losses):
             path = write(tmp_path / f"{attn}{seed}", [header(attn, f"{attn}{seed}", seed=seed)]
                          + step_lines(attn, [4.0, 3.0, last]))
-            runs.append(plot.load_run(os.path.join(path, "log.jsonl")))
-    rows = {r["attn"]: r for r in plot.summarize(runs)}
+            runs.append(logs.load_run(os.path.join(path, "log.jsonl")))
+    rows = {r["attn"]: r for r in curves.summarize(runs)}
     d = np.array(final["lrkv"]) - np.array(final["mha"])  # -0.04, -0.05, -0.03
     assert rows["lrkv"]["mean"] == pytest.approx(np.mean(final["lrkv"])) == pytest.approx(rows["lrkv"]["loss"])
     assert rows["lrkv"]["sd"] == pytest.approx(np.std(final["lrkv"], ddof=1))
@@ -351,53 +307,6 @@ def test_paired_statistics_by_hand(tmp_path):
     # Holm over the table's two comparisons: LRKV's p is the smaller, so doubled
     assert cells(plot.results_table(list(rows.values())), "LRKV")[4:10] == [
         "3", "-0.0400", "[-0.0648, -0.0152]", "0.02", "0.04", "yes"]
-
-
-def sweep_dir(tmp_path):
-    """A sweep: MHA, LRKV at r=2 and 8, GQA at 1 and 2 K/V heads, two seeds each, final losses known."""
-    d = tmp_path / "pareto"
-    final = {("mha", None): [2.80, 2.82], ("lrkv", 2): [2.90, 2.93], ("lrkv", 8): [2.78, 2.83],
-             ("gqa", 1): [2.95, 2.99], ("gqa", 2): [2.86, 2.86]}
-    mha_kv = 2 * SMALL["n_layer"] * SMALL["n_embd"] * 2
-    for (attn, k), losses in final.items():
-        for seed, last in enumerate(losses):
-            h = header(attn, f"{attn}{k}_s{seed}", seed=seed)
-            if attn == "lrkv":
-                h["config"]["lrkv_rank"], h["kv_bytes_per_token"] = k, mha_kv * (32 + 4 * k) // 128
-            if attn == "gqa":
-                h["config"]["n_kv_head"], h["kv_bytes_per_token"] = k, mha_kv * k // 4
-            write(d / h["run"], [h] + step_lines(attn, [4.0, 3.0, last]))
-    return d
-
-
-def test_pareto_sweep_points_and_files(tmp_path, capsys):
-    d = sweep_dir(tmp_path)
-    assert "add --pareto" in refused([str(d)], capsys)[0]  # a sweep is not one figure's experiment
-    assert plot.main([str(d), "--pareto"]) == 0
-    assert {"figure_pareto.png", "figure_pareto.pdf", "pareto.md"} <= set(os.listdir(d))
-    assert not (d / "results.md").exists()
-    rows = sweeps.sweep(plot.load_runs([str(d)]))
-    assert [(r["attn"], r["setting"]) for r in rows] == [
-        ("mha", "kv=4"), ("lrkv", "r=2"), ("lrkv", "r=8"), ("gqa", "kv=1"), ("gqa", "kv=2")]
-    assert [r["kv_pct"] for r in rows] == pytest.approx([1.0, 40 / 128, 64 / 128, 0.25, 0.5])
-    r8 = rows[2]
-    assert r8["mean"] == pytest.approx(2.805) and r8["n"] == 2 and r8["diff"] == pytest.approx(-0.005)
-    assert r8["diff_sd"] == pytest.approx(np.std([-0.02, 0.01], ddof=1)) and r8["established"] is False  # -0.02, +0.01
-    assert rows[4]["diff"] == pytest.approx(0.05) and rows[4]["established"] is False  # +0.06, +0.04: 1 df
-    # at nearly equal cache: LRKV r=2 (31%) with MQA (25%), r=8 with GQA kv=2 (50% each)
-    pairs = sweeps.budget_pairs(rows)
-    assert [(q["a"]["setting"], q["b"]["setting"]) for q in pairs] == [("r=2", "kv=1"), ("r=8", "kv=2")]
-    assert pairs[0]["diff"] == pytest.approx(-0.055) and pairs[0]["p"] == pytest.approx(1 - 2 * math.atan(11) / math.pi)
-    fig, ax = sweeps.draw_pareto(rows)
-    lines = {c.get_label(): c.lines[0] for c in ax.containers}  # errorbar: data line, caps, bars
-    assert sorted(lines) == ["GQA", "LRKV", "Standard MHA"]
-    assert lines["LRKV"].get_xdata().tolist() == pytest.approx([100 * 40 / 128, 50.0])
-    assert lines["GQA"].get_ydata().tolist() == pytest.approx([2.97, 2.86])
-    md = (d / "pareto.md").read_text()
-    assert "| LRKV | r=8 | 50.0% |" in md and "| GQA | kv=2 | 50.0% |" in md
-    # Holm within each table: 4 comparisons against MHA, 2 pairs
-    assert "| 2 | +0.0500 | [-0.0771, +0.1771] | 0.13 | 0.25 | no |" in md
-    assert "| LRKV r=2 - GQA kv=1 | 31.2% vs 25.0% | 2 | -0.0550 | [-0.1185, +0.0085] | 0.058 | 0.12 | no |" in md
 
 
 def test_bad_arguments_are_one_line(runs_dir, capsys):
@@ -440,78 +349,6 @@ def test_cli_exit_code_and_no_torch(tmp_path):
     assert subprocess.run([sys.executable, "-c", code], cwd=root).returncode == 0
 
 
-def test_lr_sweep_each_design_at_its_own_best_rate(tmp_path, capsys):
-    # two designs at three Muon rates, three seeds; MHA is best at the paper's 0.02, LRKV at 0.01
-    final = {("mha", 0.01): [2.90, 2.92, 2.91], ("mha", 0.02): [2.80, 2.82, 2.81], ("mha", 0.04): [2.85, 2.86, 2.84],
-             ("lrkv", 0.01): [2.78, 2.81, 2.79], ("lrkv", 0.02): [2.83, 2.84, 2.85], ("lrkv", 0.04): [2.95, 2.96, 2.94]}
-    d = tmp_path / "lr"
-    for (attn, lr), losses in final.items():
-        for seed, last in enumerate(losses):
-            h = header(attn, f"{attn}_lr{lr}_s{seed}", seed=seed)
-            h["config"]["matrix_lr"] = lr
-            write(d / h["run"], [h] + step_lines(attn, [4.0, 3.0, last]))
-    h = header("mha", "mha_lr0.02_s3", seed=3)  # a fourth seed at one rate only: left out, said so
-    h["config"]["matrix_lr"] = 0.02
-    write(d / h["run"], [h] + step_lines("mha", [4.0, 3.0, 2.5]))
-    assert "matrix_lr=0.01 not 0.02" in refused([str(d)], capsys)[0]  # not one experiment
-    assert plot.main([str(d), "--lr"]) == 0
-    out = capsys.readouterr()
-    assert "left out 1 run(s)" in out.err and "mha_lr0.02_s3" in out.err
-    assert {"figure_lr.png", "figure_lr.pdf", "lr.md"} <= set(os.listdir(d))
-    rows, summary = sweeps.lr_sweep(plot.load_runs([str(d)]))
-    assert [(r["attn"], r["lr"]) for r in rows] == [(a, lr) for a in ("mha", "lrkv") for lr in (0.01, 0.02, 0.04)]
-    lrkv01 = rows[3]
-    assert lrkv01["mean"] == pytest.approx(np.mean([2.78, 2.81, 2.79])) and lrkv01["n"] == 3
-    assert lrkv01["diff"] == pytest.approx(np.mean([-0.05, -0.03, -0.06]))  # against LRKV at 0.02, seed by seed
-    assert rows[1]["diff"] is None  # MHA at the paper's rate is its own reference
-    s = {x["attn"]: x for x in summary}
-    assert s["mha"]["best"] == 0.02 and s["lrkv"]["best"] == 0.01
-    assert s["lrkv"]["paper"]["diff"] == pytest.approx(0.03)  # 2.83-2.80, 2.84-2.82, 2.85-2.81
-    own = stats.paired_t([-0.02, -0.01, -0.02])
-    assert s["lrkv"]["own"]["diff"] == pytest.approx(own["diff"]) and s["lrkv"]["own"]["p"] == pytest.approx(own["p"])
-    assert s["lrkv"]["paper"]["established"] is True and s["lrkv"]["own"]["established"] is True  # the sign flips
-    md = (d / "lr.md").read_text()
-    assert "| LRKV | 0.01 | 0.5 | 3 | - |" in md  # no validation split, so no validation loss
-    assert "0.01 (x0.5, test, edge)" in md and "0.02 (x1, test) |" in md
-    assert s["lrkv"]["edge"] is True and s["mha"]["edge"] is False  # LRKV's best is the lowest rate swept
-    # Δ MHA at 0.01, 0.02, 0.04 by seed: -0.12 +0.03 +0.10, -0.11 +0.02 +0.10, -0.12 +0.04 +0.10; with
-    # an intercept per seed the slope per doubling is (0.22 + 0.21 + 0.22) / 6
-    assert s["lrkv"]["rate"]["slope"] == pytest.approx(0.65 / 6) and s["lrkv"]["rate"]["df"] == 9 - 3 - 1
-    assert "| LRKV | 9 | +0.1083 |" in md and s["mha"]["rate"] == {}
-    r = s["lrkv"]["rate"]  # the one slope is its own family: sized at 0.05 from its own se and df
-    assert cells(md.split("moves with the rate")[1], "LRKV")[-1] == f"{stats.smallest_gap(r['se'], 5, 0.05):.4f}"
-    fig, ax = sweeps.draw_lr(rows, summary)
-    lines = {c.get_label(): c.lines[0] for c in ax.containers}
-    assert sorted(lines) == ["LRKV", "Standard MHA"] and ax.get_xscale() == "log"
-    assert lines["LRKV"].get_xdata().tolist() == [0.01, 0.02, 0.04]
-
-
-def test_lr_sweep_chooses_each_rate_on_validation(tmp_path, capsys):
-    # test prefers LRKV at 0.01, validation at 0.02: with score lines the choice reads validation
-    val = {0.01: 2.95, 0.02: 2.90, 0.04: 2.99}
-    d = tmp_path / "lr"
-    for attn in ("mha", "lrkv"):
-        for lr, v in val.items():
-            for seed in range(2):
-                h = header(attn, f"{attn}_lr{lr}_s{seed}", seed=seed)
-                h["config"]["matrix_lr"] = lr
-                last = 2.80 + (lr == 0.01 and attn == "lrkv") * -0.1 + 0.01 * seed
-                score = {"type": "score", "step": 200, "val_loss": v + 0.01 * seed, "test_loss": last - 0.5}
-                write(d / h["run"], [h] + step_lines(attn, [4.0, 3.0, last]) + [score])
-    rows, summary = sweeps.lr_sweep(plot.load_runs([str(d)]))
-    s = {x["attn"]: x for x in summary}
-    assert s["lrkv"]["best"] == 0.02 and s["lrkv"]["chosen_on"] == "validation"
-    assert rows[3]["mean"] == pytest.approx(2.70 - 0.5 + 0.005)  # the tables read the score's test loss
-    assert [r["val"] for r in rows[3:]] == pytest.approx([2.955, 2.905, 2.995])  # and print what chose
-    assert "| validation loss | test loss |" in sweeps.lr_tables(rows, summary)
-    assert "| LRKV | 0.01 | 0.5 | 2 | 2.9550 | 2.2050 |" in sweeps.lr_tables(rows, summary)
-    # one run without its score line: that design's choice falls back to test, and says so
-    write(d / "lrkv_lr0.04_s1", [header("lrkv", "lrkv_lr0.04_s1", seed=1, config=dict(
-        header("lrkv", "x")["config"], seed=1, matrix_lr=0.04))] + step_lines("lrkv", [4.0, 3.0, 2.81]))
-    _, summary = sweeps.lr_sweep(plot.load_runs([str(d)]))
-    assert {x["attn"]: x["chosen_on"] for x in summary} == {"mha": "validation", "lrkv": "test"}
-
-
 def test_runs_scored_on_other_held_out_text_are_not_one_experiment(runs_dir, capsys):
     # a log from before the validation/test split (no held_out) beside one from after
     h = header("lrkv", "new", seed=1, held_out={"val": ["hamlet", "tempest"], "test": ["henry_v", "twelfth_night"]})
@@ -538,28 +375,6 @@ def test_versus_prints_each_designs_interaction_with_welchs_t(tmp_path, capsys):
     assert row[9] == f"{stats.smallest_gap(want['se'], want['df'], 0.05):.4f}"  # one design, one family
     assert "Welch" in md
     assert "does not go with" in refused([str(here), "--versus", str(there), "--lr"], capsys)[0]
-
-
-def test_a_sweep_in_progress_and_mixed_estimates(tmp_path, capsys):
-    # mid-sweep no seed has reached the end at every rate: the table is drawn, not a ZeroDivisionError
-    d = tmp_path / "lr"
-    for attn, lr, losses in [("mha", 0.01, [4.0, 3.0, 2.9]), ("mha", 0.02, [4.0, 3.0]), ("lrkv", 0.01, [4.0, 3.0, 2.8]),
-                             ("lrkv", 0.02, [4.0, 3.0, 2.7])]:
-        h = header(attn, f"{attn}_lr{lr}_s0")
-        h["config"]["matrix_lr"] = lr
-        write(d / h["run"], [h] + step_lines(attn, losses))
-    rows, summary = sweeps.lr_sweep(plot.load_runs([str(d)]))
-    assert {s["chosen_on"] for s in summary} == {"test"}
-    # a run without its score line beside runs with one: said, since the two estimates differ
-    e = tmp_path / "fig"
-    for seed in range(2):
-        for attn in ("mha", "lrkv"):
-            h = header(attn, f"{attn}_s{seed}", seed=seed)
-            score = [{"type": "score", "step": 200, "val_loss": 2.9, "test_loss": 2.8}] * (seed == 0 or attn == "mha")
-            write(e / h["run"], [h] + step_lines(attn, [4.0, 3.0, 2.85]) + score)
-    capsys.readouterr()
-    plot.summarize(plot.load_runs([str(e)]))
-    assert "lrkv_s1: no score line at step 200" in capsys.readouterr().err
 
 
 def same_cells(page, new):
@@ -601,28 +416,6 @@ def test_the_committed_tables_are_what_their_logs_give(tmp_path, monkeypatch, ex
             same_cells(cells(inter, label)[1:], [new[3], new[2], *new[4:]])
 
 
-def test_the_committed_sweep_tables_are_what_their_logs_give(tmp_path, monkeypatch):
-    # docs/results.md's E3a: its slopes and its choice of rates must come from the logs; re-plot the
-    # sweep, compare the committed lr.md, then the page's slope rows and its validation table
-    monkeypatch.chdir(os.path.join(os.path.dirname(__file__), ".."))
-    dirs = ["docs/runs/e3a"] + sorted(glob.glob("docs/runs/e1/cpu_*_s[0-2]"))
-    assert plot.main(["--lr", *dirs, "--out", str(tmp_path)]) == 0
-    md = (tmp_path / "lr.md").read_text()
-    assert md == open("docs/runs/e3a/lr.md").read()
-    page = open("docs/results.md").read().split("## E3a.")[1].split("\n## ")[0]
-    slopes, choice = md.split("moves with the rate")[1], page.split("**The choice**")[1]
-    for label in ("LRKV", "MLA", "GQA", "MQA"):  # slope, its interval, p, Holm, established, finds
-        same_cells(cells(page, label)[1:], cells(slopes, label)[2:])
-    rates = (0.01, 0.014, 0.02, 0.028, 0.04)
-    for label in ("Standard MHA", "LRKV", "MLA", "GQA", "MQA"):  # mean validation loss at each rate
-        row = cells(choice, label)
-        assert [c.strip("*") for c in row[1:6]] == [cells(md, f"{label} | {lr:g}")[4] for lr in rates]
-        bold = next(i for i, c in enumerate(row[1:6]) if c.startswith("**"))
-        best = cells(md.split("own best rate")[1], label)[6]  # e.g. 0.04 (x2, validation, edge)
-        assert best.startswith(f"{rates[bold]:g} (x") and "validation" in best
-        assert row[6] == re.sub(r"(\S+) \(x(\S+), validation(, edge)?\)", r"×\2 (\1\3)", best)
-
-
 def test_each_design_at_its_own_rate(tmp_path, capsys):
     # E3b: every design at the rate chosen for it; the figure's table, not refused as a sweep, but a
     # design at two rates still is
@@ -644,29 +437,3 @@ def test_each_design_at_its_own_rate(tmp_path, capsys):
     assert "not allowed with argument" in refused([str(d), "--own_rates", "--lr"], capsys)[0]
 
 
-# E4s's table borrows E4m's MLA and GQA runs, which ran at the rate E4s gives every design
-@pytest.mark.parametrize("folder, flag, table, more, section", [
-    ("e4", "--recall", "recall.md", [], "## E4."),
-    ("e4s", "--recall", "recall.md", ["docs/runs/e4/mla_*", "docs/runs/e4/gqa_*"], "## E4s."),
-    ("pareto_split", "--pareto", "pareto.md", [], None)])
-def test_the_committed_recall_and_sweep_tables_are_what_their_logs_give(tmp_path, monkeypatch, folder, flag,
-                                                                         table, more, section):
-    monkeypatch.chdir(os.path.join(os.path.dirname(__file__), ".."))
-    runs = [f"docs/runs/{folder}"] + [r for g in more for r in sorted(glob.glob(g))]
-    assert plot.main(runs + [flag, "--out", str(tmp_path)]) == 0
-    md = (tmp_path / table).read_text()
-    assert md == open(f"docs/runs/{folder}/{table}").read()
-    if section is None:
-        return
-    # results.md's matrix, typed from that table: mean test accuracy (runs solved) per cell
-    page = open("docs/results.md").read().split(section)[1].split("\n## ")[0]
-    names = {d.label: d.label.split()[-1] for d in common.DESIGNS.values()}  # "Standard MHA" -> "MHA"
-    want = {}
-    for row in md.splitlines():
-        c = [x.strip() for x in row.split("|")[1:-1]]
-        if len(c) > 8 and c[0].isdigit():  # d_model, pairs, design, KV, rate, seeds, accuracy, min-max, solved
-            want.setdefault(names[c[2]], []).append((int(c[0]), int(c[1]), f"{c[6]} ({c[8].split('/')[0]})"))
-    assert len(want) == 5
-    for design, cells_ in want.items():
-        line = next(r for r in page.splitlines() if r.startswith(f"| {design} ("))
-        assert [x.strip() for x in line.split("|")[3:-1]] == [v for *_, v in sorted(cells_)], design

@@ -6,7 +6,6 @@ import os
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 import torch
 
@@ -184,61 +183,6 @@ def test_mqar_that_does_not_fit_is_one_line(tmp_path):
     assert len(p.stderr.strip().splitlines()) == 1
 
 
-def mqar_log(path, attn, width, pairs, lr, seed, accs, val_acc, kv):
-    """A synthetic MQAR run: its curve's test accuracy at steps 0, 100, ... and a score line."""
-    cfg = dict(dataset="mqar", n_layer=2, n_head=4, n_embd=width, block_size=128, vocab_size=256, mqar_pairs=pairs,
-               mqar_alpha=0.01, mqar_examples=1024, matrix_lr=lr, seed=seed, max_iters=100 * (len(accs) - 1))
-    lines = [dict(type="header", run=os.path.basename(path), attn=attn, config=cfg, kv_bytes_per_token=kv,
-                  mha_kv_bytes_per_token=16 * width)]
-    lines += [dict(type="step", step=100 * i, tokens=100 * i, flops=0, test_loss=1.0, test_acc=a)
-              for i, a in enumerate(accs)]
-    lines.insert(-1, dict(type="score", step=100 * (len(accs) - 1), val_loss=1.0 - val_acc, val_acc=val_acc,
-                          test_loss=1.0, test_acc=accs[-1]))
-    os.makedirs(path)
-    with open(os.path.join(path, "log.jsonl"), "w") as f:
-        f.write("".join(json.dumps(r) + "\n" for r in lines))
-
-
-def test_plot_recall_tabulates_known_answers(tmp_path, capsys):
-    import plot
-    # one cell (d 64, 16 pairs): MHA solves every seed; GQA 0.1 behind on seed 0, 0.2 on 1, 0.3 on 2
-    mha, gqa = [0.995, 1.0, 0.999], [0.895, 0.8, 0.699]
-    for s in range(3):
-        mqar_log(tmp_path / f"mha_s{s}", "mha", 64, 16, 0.02, s, [0.0, 0.5, mha[s]], 0.99, 1024)
-        mqar_log(tmp_path / f"gqa_s{s}", "gqa", 64, 16, 0.02, s, [0.0, 0.2, gqa[s]], 0.9, 512)
-        # GQA at another rate, worse on validation, better on test: never chosen
-        mqar_log(tmp_path / f"gqa_x2_s{s}", "gqa", 64, 16, 0.04, s, [0.0, 0.0, 1.0], 0.5, 512)
-    assert plot.main([str(tmp_path), "--recall"]) == 0
-    md = open(tmp_path / "recall.md").read()
-    assert os.path.exists(tmp_path / "figure_recall.png")
-    row = lambda label: next(l for l in md.splitlines() if l.startswith(f"| 64 | 16 | {label} |")).split("|")[1:-1]
-    m, g = [c.strip() for c in row("Standard MHA")], [c.strip() for c in row("GQA")]
-    assert m[3] == "1024" and m[4] == "1" and m[7] == "0.995-1.000"
-    assert m[6] == "0.998" and m[8] == "3/3" and m[9] == "200, 200, 200" and m[-1] == "0.990"  # validation
-    assert g[-1] == "0.900"  # the chosen rate's validation accuracy
-    assert g[4] == "1 chosen" and g[6] == "0.798" and g[8] == "0/3" and g[9] == "never, never, never"
-    d = np.array(gqa) - np.array(mha)  # -0.1, -0.2, -0.3
-    se = d.std(ddof=1) / math.sqrt(3)
-    assert g[10] == "3" and g[11] == f"{d.mean():+.4f}"
-    assert g[12] == f"[{d.mean() - 4.302653 * se:+.4f}, {d.mean() + 4.302653 * se:+.4f}]"
-    # the smallest cache at which a design solves 16 pairs: MHA's 1024; GQA never
-    assert "| Standard MHA | 1024 |" in md and "| GQA | - |" in md
-    # the rate table: GQA's two rates, x1 chosen on validation
-    assert re.search(r"\| 64 \| 16 \| GQA \| 1 \| 3 \| 0.900 \| 0.1000 \| 0.798 \| yes \|", md)
-    assert re.search(r"\| 64 \| 16 \| GQA \| 2 \| 3 \| 0.500 \| 0.5000 \| 1.000 \|  \|", md)
-
-
-def test_plot_recall_refuses_text_runs(tmp_path, capsys):
-    import plot
-    mqar_log(tmp_path / "a", "mha", 64, 16, 0.02, 0, [0.0, 1.0], 1.0, 1024)
-    log = tmp_path / "a" / "log.jsonl"
-    log.write_text(log.read_text().replace('"mqar"', '"shakespeare"'))
-    with pytest.raises(SystemExit) as e:
-        plot.main([str(tmp_path), "--recall"])
-    err = capsys.readouterr().err
-    assert e.value.code == 2 and "not an MQAR run" in err.splitlines()[-1]
-
-
 class Oracle(torch.nn.Module):
     """Logits that know the repeat: at position t >= length, all mass on the token length - 1 back
     (what follows the earlier copy of x[t]); uniform before. Its induction drop is ln(V) exactly."""
@@ -326,16 +270,3 @@ def test_reproduce_sh_lists_the_recall_grid():
     assert "--attn=lrkv --n_embd=64 --mqar_pairs=8 --matrix_lr=0.04 --seed=5" in cmds[-1]
     p = subprocess.run(["bash", "reproduce.sh"], cwd=ROOT, env={**env, "PAIRS": "8x"}, capture_output=True, text=True)
     assert p.returncode == 2 and p.stderr.startswith("error: ")
-
-
-def test_text_runs_from_before_the_mqar_knobs_combine_with_later_ones(tmp_path):
-    # train.py logs mqar_alpha and mqar_examples in every header now; a log from before lacks them,
-    # and plot.py took the two for another experiment
-    import plot
-    for name, extra in (("old", {}), ("new", {"mqar_alpha": 0.01, "mqar_examples": 1024})):
-        cfg = dict(dataset="shakespeare", n_layer=2, n_head=4, n_embd=64, matrix_lr=0.02, seed=0, max_iters=100, **extra)
-        os.makedirs(tmp_path / name)
-        lines = [dict(type="header", run=name, attn="mha", config=cfg),
-                 dict(type="step", step=100, tokens=100, flops=0, test_loss=2.0)]
-        (tmp_path / name / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
-    assert plot.odd_runs(plot.load_runs([str(tmp_path)])) == []

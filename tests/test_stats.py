@@ -1,12 +1,12 @@
-"""stats.py's tests against answers computed another way: scipy (a dev extra, tests only), a full
-least-squares fit, hand-worked examples. plot.py and stats.py themselves never import scipy."""
+"""analysis/stats.py's tests against answers computed another way: scipy (a dev extra, tests only), a full
+least-squares fit, hand-worked examples. plot.py and analysis/ never import scipy."""
 import math
 
 import numpy as np
 import pytest
 import scipy.stats as scipy_stats
 
-import stats
+from analysis import stats
 
 RNG = np.random.default_rng(0)
 SAMPLES = [RNG.normal(0.004, 0.008, n) for n in (3, 5, 12, 30)]
@@ -105,3 +105,66 @@ def test_family_adjusts_within_a_table_and_sizes_each_test():
     assert [r["established"] for r in rows[1:]] == [p < 0.05 for p in stats.holm(ps)]
     assert rows[2]["finds"] == pytest.approx(stats.smallest_gap(rows[2]["diff_sd"] / math.sqrt(12), 11, 0.05 / 3))
     assert "p_holm" not in rows[0]
+
+
+def t_tail_by_integration(t, df):
+    # P(|T| >= t) from Student's density, summed numerically: a check independent of stats.betainc
+    x = np.linspace(abs(t), abs(t) + 4000, 4_000_001)
+    c = np.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(df * math.pi)
+    y = c * (1 + x * x / df) ** (-(df + 1) / 2)
+    return 2 * float(((y[1:] + y[:-1]) / 2 * np.diff(x)).sum())
+
+
+def test_t_distribution_known_values():
+    # closed forms: df 1 is Cauchy's, P(|T| >= t) = 1 - 2 atan(t) / pi; df 2's is 1 - t / sqrt(2 + t^2)
+    for t in [0.3, 1.0, 2.0, 12.706]:
+        assert stats.t_p(t, 1) == pytest.approx(1 - 2 * math.atan(t) / math.pi, rel=1e-9)
+        assert stats.t_p(t, 2) == pytest.approx(1 - t / math.sqrt(2 + t * t), rel=1e-9)
+    # the printed tables' 97.5% and 99.5% points
+    for df, t975, t995 in [(1, 12.7062, 63.6567), (2, 4.3027, 9.9248), (4, 2.7764, 4.6041), (9, 2.2622, 3.2498),
+                           (30, 2.0423, 2.7500)]:
+        assert stats.t_quantile(0.975, df) == pytest.approx(t975, abs=1e-4)
+        assert stats.t_quantile(0.995, df) == pytest.approx(t995, abs=1e-4)
+        assert stats.t_p(t975, df) == pytest.approx(0.05, rel=1e-3) and stats.t_p(t995, df) == pytest.approx(0.01, rel=1e-3)
+    for t, df in [(0.5, 3), (2.5, 5), (6.0, 9), (1.7, 40)]:
+        assert stats.t_p(t, df) == pytest.approx(t_tail_by_integration(t, df), rel=1e-5)
+    assert stats.t_p(0.0, 4) == 1.0
+
+
+def test_paired_t_on_known_data():
+    # n = 2: d = 0.06, 0.04, mean 0.05, sd 0.02/sqrt(2), t = 5 on 1 df. The old rule (|mean| > 2 sd)
+    # called this gap real; its 95% interval is 0.05 ± 12.706 x 0.01 and includes 0
+    r = stats.paired_t([0.06, 0.04])
+    assert r["pairs"] == 2 and r["diff"] == pytest.approx(0.05) and r["diff_sd"] == pytest.approx(0.02 / math.sqrt(2))
+    assert r["lo"] == pytest.approx(0.05 - 0.127062, abs=1e-5) and r["hi"] == pytest.approx(0.05 + 0.127062, abs=1e-5)
+    assert r["p"] == pytest.approx(1 - 2 * math.atan(5) / math.pi) and r["established"] is False
+    # n = 10: five 0.01s and five 0.03s, mean 0.02, sd sqrt(10/9) x 0.01, t = 6 on 9 df
+    r = stats.paired_t([0.01] * 5 + [0.03] * 5)
+    half = 2.262157 * math.sqrt(10 / 9) * 0.01 / math.sqrt(10)
+    assert r["lo"] == pytest.approx(0.02 - half, abs=1e-7) and r["hi"] == pytest.approx(0.02 + half, abs=1e-7)
+    assert r["p"] == pytest.approx(t_tail_by_integration(6.0, 9), rel=1e-5) and r["p"] < 0.001 and r["established"]
+    # the sign does not matter; one pair has no interval
+    assert stats.paired_t([-0.01] * 5 + [-0.03] * 5)["established"] and stats.paired_t([-0.01] * 5 + [-0.03] * 5)["hi"] < 0
+    assert stats.paired_t([0.3])["lo"] is None and stats.paired_t([0.3])["established"] is None
+
+
+def test_fisher_exact_known_values_and_scipys():
+    # 3 of 3 against 0 of 3: the two most extreme tables of 20, p = 2/20; issue 54's 11 of 12
+    # against 5 of 12, p about 0.027
+    assert stats.fisher_exact(3, 3, 0, 3) == pytest.approx(0.1, abs=1e-12)
+    assert stats.fisher_exact(11, 12, 5, 12) == pytest.approx(0.0272, abs=1e-4)
+    assert stats.fisher_exact(4, 8, 4, 8) == 1.0 and stats.fisher_exact(0, 12, 0, 12) == 1.0
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        n1, n2 = rng.integers(1, 25, 2)
+        k1, k2 = rng.integers(0, n1 + 1), rng.integers(0, n2 + 1)
+        want = scipy_stats.fisher_exact([[k1, n1 - k1], [k2, n2 - k2]]).pvalue
+        assert stats.fisher_exact(int(k1), int(n1), int(k2), int(n2)) == pytest.approx(want, rel=1e-9), (k1, n1, k2, n2)
+
+
+def test_the_smallest_rate_gap_n_runs_could_establish():
+    # 3 runs against MHA's 3 of 3: even 0 of 3 gives p 0.1, so nothing is found at 0.05
+    assert stats.smallest_rate_gap(3, 3, 3, 0.05) is None
+    # 12 against 12 of 12 at 0.05: 7 of 12 gives p 0.037 and 8 of 12 p 0.093, so the gap is 5/12
+    assert stats.fisher_exact(7, 12, 12, 12) < 0.05 < stats.fisher_exact(8, 12, 12, 12)
+    assert stats.smallest_rate_gap(12, 12, 12, 0.05) == pytest.approx(5 / 12)

@@ -492,5 +492,5 @@ def test_lr_sweep_lists_every_design_rate_and_seed():
 
 
 def test_plot_knows_the_papers_muon_rate():
-    import sweeps
+    from analysis import sweeps
     assert sweeps.PAPER_MATRIX_LR == muon.MATRIX_LR

@@ -6,7 +6,7 @@ import re
 import pytest
 
 import plot
-import verdict
+from analysis import verdict
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -31,14 +31,29 @@ def rows(md):
     return out
 
 
-def test_readme_holds_the_verdict_the_logs_give(table):
-    readme = open(os.path.join(ROOT, "README.md")).read()
-    assert table[0] in readme, "README's verdict table is not `python plot.py --verdict`'s: paste it again"
-    assert table[1] in readme
+def test_readme_and_results_hold_the_verdict_the_logs_give(table):
+    short, full, notes = table
+    readme, results = (open(os.path.join(ROOT, p)).read() for p in ("README.md", "docs/results.md"))
+    assert short in readme, "README's verdict is not `python plot.py --verdict`'s: paste it again"
+    assert full in results and notes in results, "docs/results.md's full verdict is not --verdict's: paste it again"
+    assert max(map(len, short.split("\n\n")[0].splitlines())) <= 100  # a row read at a glance
+
+
+def test_the_glance_says_what_the_full_table_says(table):
+    # each glance cell is its full cell's mark, with the estimate where a gap is established
+    short, full = rows(table[0]), rows(table[1])
+    assert list(short) == ["design"] + [d.label for d in verdict.DESIGNS.values()]  # MHA too, the reference
+    for label in short:
+        if label in ("design", "Standard MHA"):
+            continue
+        for g, f in zip(short[label][1:4], (full[label][1], full[label][3], full[label][4])):
+            diff, mark = f.split()[0], f.split()[-1]
+            want = {"equivalent": "= equal", "not shown": "· not shown"}.get(f.split(" ", 3)[-1])
+            assert g == want if mark != "established" else g.startswith(f"{float(diff):+.3f} "), (label, g, f)
 
 
 def test_verdict_cells_are_the_experiments_own_numbers(table):
-    got = rows(table[0])
+    got = rows(table[1])
     for exp, col in (("e1", 1), ("e3b", 3)):  # the committed results.md of each: Δ MHA and its interval
         committed = rows(open(os.path.join(ROOT, "docs", "runs", exp, "results.md")).read())
         for label in ("LRKV", "MLA", "GQA", "MQA"):
@@ -63,9 +78,18 @@ def test_a_changed_log_changes_the_verdict(tmp_path):
     score = re.findall(r'"type": "score".*', text)[-1]
     shifted = re.sub(r'"test_loss": ([0-9.]+)', lambda m: f'"test_loss": {float(m.group(1)) + 0.12}', score)
     log.write_text(text.replace(score, shifted))
-    before, after = rows(verdict.verdict(os.path.join(ROOT, "docs", "runs"))[0]), rows(verdict.verdict(str(root))[0])
+    before, after = rows(verdict.verdict(os.path.join(ROOT, "docs", "runs"))[1]), rows(verdict.verdict(str(root))[1])
     assert before["LRKV"][1] != after["LRKV"][1] and before["MLA"][1] == after["MLA"][1]
     assert float(after["LRKV"][1].split()[0]) == pytest.approx(float(before["LRKV"][1].split()[0]) + 0.01, abs=1e-4)
+
+
+def test_a_design_without_runs_gets_a_row_not_a_keyerror(monkeypatch):
+    # a sixth design, added before any experiment ran it: its row says so in every column
+    monkeypatch.setitem(verdict.DESIGNS, "toy", verdict.DESIGNS["mha"]._replace(label="Toy"))
+    monkeypatch.chdir(ROOT)
+    short, full, _ = verdict.verdict()
+    assert rows(short)["Toy"][:4] == ["-", "· no runs", "· no runs", "· no runs"]
+    assert rows(full)["Toy"] == ["-"] * 6
 
 
 def test_e5_on_the_page_is_what_its_logs_give(tmp_path):
@@ -78,17 +102,10 @@ def test_e5_on_the_page_is_what_its_logs_give(tmp_path):
     assert row in page
 
 
-def test_recall_column_waits_for_the_whole_grid_then_averages_its_cells(tmp_path):
-    from test_recall import mqar_log
-    # one cell, 3 seeds: MHA solves; MQA 0.6, 0.589, 0.578 behind (established), the rest equal MHA
-    for s in range(3):
-        for attn in verdict.DESIGNS:
-            acc = 0.4 + 0.01 * s if attn == "mqa" else 1.0 - 0.001 * s
-            mqar_log(tmp_path / f"{attn}_s{s}", attn, 32, 8, 0.02, s, [0.0, acc], 0.9, 64)
-    e4 = verdict.recall_column(str(tmp_path))
-    assert e4["mqa"] == "-0.589 mean over 1 cells; behind in 1, ahead in 0 (established)"
-    assert e4["gqa"] == "+0.000 mean over 1 cells; behind in 0, ahead in 0 (established)"
-    (tmp_path / "gqa_s2" / "log.jsonl").unlink()  # a seed still running: no half table
-    os.rmdir(tmp_path / "gqa_s2")
-    assert verdict.recall_column(str(tmp_path)) == {}
-    assert verdict.recall_column(str(tmp_path / "none")) == {}
+def test_the_readme_answers_in_a_few_words_under_the_figure():
+    # the answer within ten seconds: at most ~60 words between the figure and the table, ~120 below
+    top = open(os.path.join(ROOT, "README.md")).read().split("(docs/cpu_figure.png)\n")[1].split("\n## ")[0]
+    before, table_and_after = top.split("\n| design |")
+    after = table_and_after[table_and_after.rindex("|\n") + 2:]
+    words = lambda s: len(re.sub(r"\]\([^)]*\)", "]", s).split())  # a link's address is no word
+    assert words(before) <= 60 and words(after) <= 120, (words(before), words(after))

@@ -1,10 +1,10 @@
 """
 The statistics plot.py reports, with no scipy: Student's t distribution from the regularised
 incomplete beta function; the paired t-test of a gap over seeds, Welch's test of two independent
-means, the slope of a gap on a setting; Holm's correction within a table, the smallest gap a test
-would find, two one-sided tests of equivalence; a setting's final losses; and the columns a gap
-takes in a Markdown table. numpy and math only, so plot.py stays light. The plan they serve, fixed
-before the runs, is docs/plan.md.
+means, the slope of a gap on a setting, Fisher's exact test of two solve rates; Holm's correction
+within a table, the smallest gap a test would find, two one-sided tests of equivalence; a
+setting's final losses; and the columns a gap takes in a Markdown table. numpy and math only, so
+plot.py stays light. The plan they serve, fixed before the runs, is docs/plan.md.
 """
 import math
 
@@ -127,6 +127,24 @@ def smallest_gap(se, df, alpha, power=0.8):
     return (t_quantile(1 - alpha / 2, df) + t_quantile(power, df)) * se
 
 
+def fisher_exact(k1, n1, k2, n2):
+    """Fisher's exact test of two solve rates, k1 of n1 against k2 of n2, two-sided: the
+    probability, with the margins fixed (hypergeometric), of every table no likelier than the one
+    seen. Counted in integers (math.comb), so ties between tables are exact."""
+    K, N = k1 + k2, n1 + n2
+    weight = lambda x: math.comb(n1, x) * math.comb(n2, K - x)  # tables with x of K in the first row
+    seen = weight(k1)
+    tail = sum(w for w in map(weight, range(max(0, K - n2), min(n1, K) + 1)) if w <= seen)
+    return min(1.0, tail / math.comb(N, K))
+
+
+def smallest_rate_gap(n, k0, n0, alpha):
+    """The smallest gap in solve rate from a reference's k0 of n0 that n runs could establish, i.e.
+    whose Fisher's p is below alpha, over every k of n the runs could solve; None if none can."""
+    gaps = [abs(k / n - k0 / n0) for k in range(n + 1) if fisher_exact(k, n, k0, n0) < alpha]
+    return min(gaps, default=None)
+
+
 MARGIN = 0.008  # nats: "no difference" means within this of MHA (docs/plan.md)
 
 
@@ -156,7 +174,7 @@ def family(rows, alpha=0.05):
 
 
 def final_losses(group, step, split="test"):
-    """{seed: loss at step} of the runs (plot.load_run's dicts) that reached it: the score line's
+    """{seed: loss at step} of the runs (logs.load_run's dicts) that reached it: the score line's
     (every held-out token) where the run logged one at that step, else the learning curve's (test)."""
     out, curve = {}, []
     for r in group:

@@ -1,0 +1,120 @@
+"""
+The verdict: one row per design, MHA the reference, one column per experiment of docs/plan.md, each
+cell re-computed from that experiment's committed logs and marked by its own table's Holm
+correction. Two forms: at a glance (README: a word and a number a cell) and in full (docs/results.md:
+every estimate with its 95% interval).
+
+    python plot.py --verdict          # prints both, and the notes under the full one
+
+Each column is the family its experiment's plan fixed, so Holm runs within a column, never across
+them. Never imports torch, as plot.py.
+"""
+import glob
+import os
+import textwrap
+
+from common import DESIGNS
+from analysis.curves import deltas, summarize
+from analysis.logs import load_runs
+from analysis.stats import MARGIN, family, holm, paired_t, render, welch
+from analysis.sweeps import budget_pairs, lr_sweep, sweep
+
+RUNS = "docs/runs"
+RECALL = "· rebuilding (E6)"  # issue 54: E4 and E4s could not tell, E6 is its probe made again
+# the glance's columns: (experiment, header, what an established gap is called when positive and
+# when negative; None: a change in a gap, which has no equivalence margin)
+GLANCE = [("E1", "loss, paper's rate (E1)", ("behind", "ahead")),
+          ("E3b", "own rate (E3b)", ("behind", "ahead")),
+          ("E2", "context 1,024 (E2)", None)]
+RULE = (f"Each column is one family, Holm over its designs: behind or ahead when Holm's p < 0.05, = equal\n"
+        f"when two one-sided tests put Δ within ±{MARGIN} nats, · not shown when neither.")  # 2 lines of README
+
+
+def paired(runs, split):
+    """Each design's paired Δ MHA in final loss on split, its family corrected: {attn: paired_t}."""
+    out = {attn: paired_t(d) for attn, d in deltas(runs, split).items()}
+    family(list(out.values()))
+    return out
+
+
+def interaction(runs, other):
+    """E2: Δ MHA at 1,024 minus Δ MHA at 256 per design, Welch's t, one family."""
+    here, away = deltas(runs), deltas(other)
+    out = {a: welch(here[a], away[a]) for a in here if a in away}
+    family(list(out.values()))
+    return out
+
+
+def cell(r, margin=True):
+    """'+0.0073 [+0.0031, +0.0115] established': the estimate, its 95% interval and its mark."""
+    if not r or r.get("lo") is None:
+        return "-"
+    tost = r.get("tost")
+    mark = ("established" if r["established"] else
+            "equivalent" if margin and tost is not None and tost < 0.05 else "not shown")
+    return f"{r['diff']:+.4f} [{r['lo']:+.4f}, {r['hi']:+.4f}] {mark}"
+
+
+def glance(r, words):
+    """'+0.030 behind', '= equal' or '· not shown': the mark, and the estimate where it is established."""
+    if not r or r.get("lo") is None:
+        return "· no runs"
+    if r["established"]:
+        up, down = words or ("wider", "narrower")  # a change in the gap: it grows or shrinks
+        return f"{r['diff']:+.3f} {up if r['diff'] > 0 else down}"
+    return "= equal" if words and r.get("tost") is not None and r["tost"] < 0.05 else "· not shown"
+
+
+def columns(root):
+    """{experiment: {attn: its test}} and {attn: KV cache as a share of MHA's}, from the logs."""
+    e1 = load_runs([os.path.join(root, "e1")])
+    cache = {r["attn"]: r["kv_pct"] for r in summarize(e1)}
+    sweep_runs = load_runs([os.path.join(root, "e3a")] + sorted(glob.glob(os.path.join(root, "e1", "cpu_*_s[0-2]"))))
+    _, summary = lr_sweep(sweep_runs)
+    return {"E1": paired(e1, "test"), "E1 validation": paired(e1, "val"),
+            "E3b": paired(load_runs([os.path.join(root, "e3b")]), "test"),
+            "E2": interaction(load_runs([os.path.join(root, "e2")]), e1),
+            "E3a": {s["attn"]: s["rate"] for s in summary}}, cache
+
+
+def same_cache(path):
+    """E5, once its logs exist: LRKV (r=7) against GQA (kv=2) at nearly the same cache, paired by
+    seed; a family of one."""
+    if not glob.glob(os.path.join(path, "*", "log.jsonl")):
+        return None
+    # the pair `plot.py docs/runs/e5 --pareto` tests, as it pairs settings at nearly equal cache
+    r, = family(budget_pairs(sweep(load_runs([path]))))
+    a, b = r["a"], r["b"]
+    return (f"At the same cache (E5): {a['label']} with {a['setting']} ({a['kv_pct']:.1%} of MHA's) minus "
+            f"{b['label']} with {b['setting']} ({b['kv_pct']:.1%}), {r['pairs']} seeds: {cell(r)} "
+            f"(TOST p {r['tost']:.2g}).")
+
+
+def verdict(root=RUNS):
+    """(glance, full, notes): the README's table and its family rule; the full table with every
+    interval and the E5 pair (docs/results.md); the notes under the full table."""
+    cols, cache = columns(root)
+    share = lambda a: f"{100 * cache[a]:.0f}%" if cache.get(a) else "-"  # a design E1 has no runs of: "-"
+    ref = lambda a, n: ["reference"] * n if a == "mha" else None
+    short = render(["design", "KV cache", *(h for _, h, _ in GLANCE), "recall"],
+                   [[d.label, share(a), *(ref(a, len(GLANCE)) or [glance(cols[e].get(a), w) for e, _, w in GLANCE]),
+                     RECALL] for a, d in DESIGNS.items()])
+    margin = {"E1": True, "E1 validation": True, "E3b": True, "E2": False, "E3a": False}
+    full = render(["design", "KV cache, % of MHA", "E1: Δ MHA, paper's rate", "E1 on the validation plays",
+                   "E3b: Δ MHA, own rate", "E2: change at context 1,024", "E3a: Δ MHA per doubling of the rate"],
+                  [[d.label, share(a), *(ref(a, len(margin)) or [cell(cols[e].get(a), m) for e, m in margin.items()])]
+                   for a, d in DESIGNS.items()])
+    tests = [(f"{name} {DESIGNS[a].label}", r) for name, col in cols.items() for a, r in col.items()
+             if r and r.get("p") is not None]
+    across = holm([r["p"] for _, r in tests])
+    drop = [f"{name} (Holm p {p:.2g})" for (name, r), p in zip(tests, across) if r["established"] and p >= 0.05]
+    notes = ("Δ: design minus MHA in final loss (nats per byte), mean over 12 seeds (E3a: 3), 95% interval; "
+             "E2 and E3a give how Δ moves. Each column is one Holm family of its own (the plan's); "
+             f"established: Holm's p < 0.05; equivalent: two one-sided tests within ±{MARGIN} nats; not shown: "
+             "neither. E1 and E3b score the test plays, E1's validation column the same models on the "
+             "validation plays. Recall has no column: E4 and E4s could not tell (docs/results.md), and its "
+             f"probe is being rebuilt as E6. Corrected as one family of all {len(tests)} tests instead, "
+             f"{len(drop)} established marks would drop: {', '.join(drop) or 'none'}.")
+    e5 = same_cache(os.path.join(root, "e5"))
+    wrap = lambda s: textwrap.fill(s, 100, break_on_hyphens=False, break_long_words=False)  # lines of a page
+    return short + "\n\n" + RULE, full + (f"\n\n{wrap(e5)}" if e5 else ""), wrap(notes)

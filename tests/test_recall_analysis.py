@@ -1,0 +1,161 @@
+"""plot.py --recall on synthetic MQAR logs with known answers: E4's table for runs of one pair count,
+E6's solve rates for runs scored at a mixture of counts or through a window."""
+import json
+import math
+import os
+import re
+
+import numpy as np
+import pytest
+import scipy.stats
+import matplotlib
+
+matplotlib.use("Agg")
+import plot  # noqa: E402
+from analysis import logs, recall  # noqa: E402
+from analysis.stats import holm  # noqa: E402
+
+
+def mqar_log(path, attn, width, pairs, lr, seed, accs, val_acc, kv):
+    """A synthetic MQAR run: its curve's test accuracy at steps 0, 100, ... and a score line."""
+    cfg = dict(dataset="mqar", n_layer=2, n_head=4, n_embd=width, block_size=128, vocab_size=256, mqar_pairs=pairs,
+               mqar_alpha=0.01, mqar_examples=1024, matrix_lr=lr, seed=seed, max_iters=100 * (len(accs) - 1))
+    lines = [dict(type="header", run=os.path.basename(path), attn=attn, config=cfg, kv_bytes_per_token=kv,
+                  mha_kv_bytes_per_token=16 * width)]
+    lines += [dict(type="step", step=100 * i, tokens=100 * i, flops=0, test_loss=1.0, test_acc=a)
+              for i, a in enumerate(accs)]
+    lines.insert(-1, dict(type="score", step=100 * (len(accs) - 1), val_loss=1.0 - val_acc, val_acc=val_acc,
+                          test_loss=1.0, test_acc=accs[-1]))
+    os.makedirs(path)
+    with open(os.path.join(path, "log.jsonl"), "w") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in lines))
+
+
+def test_plot_recall_tabulates_known_answers(tmp_path, capsys):
+    # one cell (d 64, 16 pairs): MHA solves every seed; GQA 0.1 behind on seed 0, 0.2 on 1, 0.3 on 2
+    mha, gqa = [0.995, 1.0, 0.999], [0.895, 0.8, 0.699]
+    for s in range(3):
+        mqar_log(tmp_path / f"mha_s{s}", "mha", 64, 16, 0.02, s, [0.0, 0.5, mha[s]], 0.99, 1024)
+        mqar_log(tmp_path / f"gqa_s{s}", "gqa", 64, 16, 0.02, s, [0.0, 0.2, gqa[s]], 0.9, 512)
+        # GQA at another rate, worse on validation, better on test: never chosen
+        mqar_log(tmp_path / f"gqa_x2_s{s}", "gqa", 64, 16, 0.04, s, [0.0, 0.0, 1.0], 0.5, 512)
+    assert plot.main([str(tmp_path), "--recall"]) == 0
+    md = open(tmp_path / "recall.md").read()
+    assert os.path.exists(tmp_path / "figure_recall.png")
+    row = lambda label: next(l for l in md.splitlines() if l.startswith(f"| 64 | 16 | {label} |")).split("|")[1:-1]
+    m, g = [c.strip() for c in row("Standard MHA")], [c.strip() for c in row("GQA")]
+    assert m[3] == "1024" and m[4] == "1" and m[7] == "0.995-1.000"
+    assert m[6] == "0.998" and m[8] == "3/3" and m[9] == "200, 200, 200" and m[-1] == "0.990"  # validation
+    assert g[-1] == "0.900"  # the chosen rate's validation accuracy
+    assert g[4] == "1 chosen" and g[6] == "0.798" and g[8] == "0/3" and g[9] == "never, never, never"
+    d = np.array(gqa) - np.array(mha)  # -0.1, -0.2, -0.3
+    se = d.std(ddof=1) / math.sqrt(3)
+    assert g[10] == "3" and g[11] == f"{d.mean():+.4f}"
+    assert g[12] == f"[{d.mean() - 4.302653 * se:+.4f}, {d.mean() + 4.302653 * se:+.4f}]"
+    # the smallest cache at which a design solves 16 pairs: MHA's 1024; GQA never
+    assert "| Standard MHA | 1024 |" in md and "| GQA | - |" in md
+    # the rate table: GQA's two rates, x1 chosen on validation
+    assert re.search(r"\| 64 \| 16 \| GQA \| 1 \| 3 \| 0.900 \| 0.1000 \| 0.798 \| yes \|", md)
+    assert re.search(r"\| 64 \| 16 \| GQA \| 2 \| 3 \| 0.500 \| 0.5000 \| 1.000 \|  \|", md)
+
+
+def test_plot_recall_refuses_text_runs(tmp_path, capsys):
+    mqar_log(tmp_path / "a", "mha", 64, 16, 0.02, 0, [0.0, 1.0], 1.0, 1024)
+    log = tmp_path / "a" / "log.jsonl"
+    log.write_text(log.read_text().replace('"mqar"', '"shakespeare"'))
+    with pytest.raises(SystemExit) as e:
+        plot.main([str(tmp_path), "--recall"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "not an MQAR run" in err.splitlines()[-1]
+
+
+
+
+def test_text_runs_from_before_the_mqar_knobs_combine_with_later_ones(tmp_path):
+    # train.py logs mqar_alpha and mqar_examples in every header now; a log from before lacks them,
+    # and plot.py took the two for another experiment
+    for name, extra in (("old", {}), ("new", {"mqar_alpha": 0.01, "mqar_examples": 1024})):
+        cfg = dict(dataset="shakespeare", n_layer=2, n_head=4, n_embd=64, matrix_lr=0.02, seed=0, max_iters=100, **extra)
+        os.makedirs(tmp_path / name)
+        lines = [dict(type="header", run=name, attn="mha", config=cfg),
+                 dict(type="step", step=100, tokens=100, flops=0, test_loss=2.0)]
+        (tmp_path / name / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    assert logs.odd_runs(logs.load_runs([str(tmp_path)])) == []
+
+
+def mix_log(path, attn, seed, final, first, window=0, lr=0.02, width=64):
+    """A synthetic E6 run on a mixture of pair counts: final {N: test accuracy at the score line};
+    first {N: the step its curve reaches it} (None: never), the curve at 0.1 before."""
+    pairs = sorted(final)
+    cfg = dict(dataset="mqar", n_layer=2, n_head=4, n_embd=width, block_size=128, vocab_size=256, mqar_pairs=pairs,
+               mqar_alpha=0.01, mqar_examples=1024, matrix_lr=lr, seed=seed, max_iters=200, window=window)
+    lines = [dict(type="header", run=os.path.basename(path), attn=attn, config=cfg, kv_bytes_per_token=16 * width,
+                  mha_kv_bytes_per_token=16 * width)]
+    for s in (0, 100, 200):
+        acc = {N: final[N] if first[N] is not None and s >= first[N] else 0.1 for N in pairs}
+        lines.append(dict(type="step", step=s, tokens=s, flops=0, test_loss=1.0, test_acc=float(np.mean(list(acc.values()))),
+                          **{f"test_acc_p{N}": a for N, a in acc.items()}))
+    lines.insert(-1, dict(type="score", step=200, test_loss=1.0, test_acc=float(np.mean(list(final.values()))),
+                          **{f"test_acc_p{N}": a for N, a in final.items()}))
+    os.makedirs(path)
+    with open(os.path.join(path, "log.jsonl"), "w") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in lines))
+
+
+def e6(tmp_path, solved):
+    """12 seeds of each of MHA, GQA and MHA with a window of 32, at 8 and 16 pairs; solved: {(attn,
+    window): (runs of 12 solving 8 pairs, ... 16 pairs)}; a solving run gets there at step 100."""
+    for (attn, window), ks in solved.items():
+        for s in range(12):
+            final = {N: 1.0 if s < k else 0.2 for N, k in zip((8, 16), ks)}
+            mix_log(tmp_path / f"{attn}_w{window}_s{s}", attn, s, final,
+                    {N: 100 if a == 1.0 else None for N, a in final.items()}, window)
+
+
+def test_plot_recall_gives_solve_rates_fisher_and_holm_for_a_mixture(tmp_path):
+    solved = {("mha", 0): (12, 11), ("gqa", 0): (12, 10), ("mha", 32): (11, 1)}
+    e6(tmp_path, solved)
+    assert plot.main([str(tmp_path), "--recall"]) == 0
+    md = open(tmp_path / "recall.md").read()
+    assert os.path.getsize(tmp_path / "figure_recall.png") > 0 and os.path.exists(tmp_path / "figure_recall.pdf")
+    row = lambda N, label: next(l for l in md.splitlines() if l.startswith(f"| 64 | {N} | {label} |")).split(" | ")
+    # the 2x2 tables against MHA's, by scipy; Holm over the four rows that are not MHA's
+    p = {(N, key): scipy.stats.fisher_exact([[solved[key][i], 12 - solved[key][i]],
+                                             [solved[("mha", 0)][i], 12 - solved[("mha", 0)][i]]]).pvalue
+         for i, N in enumerate((8, 16)) for key in (("gqa", 0), ("mha", 32))}
+    adjusted = dict(zip(p, holm(list(p.values()))))
+    for (N, (attn, window)), want in p.items():
+        cells = row(N, "GQA" if attn == "gqa" else "Standard MHA, window 32")
+        k = solved[(attn, window)][(8, 16).index(N)]
+        assert cells[4] == f"{k}/12" and cells[5] == f"{(k - solved[('mha', 0)][(8, 16).index(N)]) / 12:+.2f}"
+        assert cells[6] == f"{want:.2g}" and cells[7] == f"{adjusted[(N, (attn, window))]:.2g}"
+        assert cells[8] == ("yes" if adjusted[(N, (attn, window))] < 0.05 else "no")
+    window16 = row(16, "Standard MHA, window 32")
+    assert window16[8] == "yes" and window16[3] == "25.0%"  # 32 of the 128 tokens MHA caches
+    assert row(16, "Standard MHA")[4:6] == ["11/12", "-"] and row(16, "Standard MHA")[-1] == "100 |"  # median first step
+    assert window16[-1] == "never |" and window16[10] == f"{(1 + 11 * 0.2) / 12:.3f}"
+    # finds: 12 runs against MHA's 11 of 12 at Holm's strictest 0.05/4, by trying every count
+    strict = [abs(k / 12 - 11 / 12) for k in range(13)
+              if scipy.stats.fisher_exact([[k, 12 - k], [11, 1]]).pvalue < 0.05 / 4]
+    assert window16[9] == f"{min(strict):.2f}"
+
+
+def test_the_recall_figure_has_a_point_per_seed_and_its_legend_off_the_data(tmp_path):
+    e6(tmp_path, {("mha", 0): (12, 11), ("gqa", 0): (12, 10), ("mha", 32): (11, 1)})
+    fig, _, notes, names = recall.recall_mode(logs.load_runs([str(tmp_path)]))
+    strip, curve = fig.axes
+    assert sum(len(c.get_offsets()) for c in strip.collections) == 3 * 2 * 12  # designs x counts x seeds
+    assert [line.get_ydata().tolist() for line in curve.get_lines()] == [[1.0, 11 / 12], [1.0, 10 / 12], [11 / 12, 1 / 12]]
+    fig.canvas.draw()
+    legend = fig.legends[0].get_window_extent()
+    assert not any(legend.overlaps(ax.get_window_extent()) for ax in fig.axes)
+    assert names == ("figure_recall", "recall.md") and "figure: d_model 64" in notes[-1]
+
+
+def test_a_design_at_two_rates_is_refused_not_pooled(tmp_path, capsys):
+    e6(tmp_path, {("mha", 0): (12, 11)})
+    mix_log(tmp_path / "mha_x2", "mha", 12, {8: 1.0, 16: 1.0}, {8: 100, 16: 100}, lr=0.04)
+    with pytest.raises(SystemExit) as e:
+        plot.main([str(tmp_path), "--recall"])
+    line = capsys.readouterr().err.splitlines()[-1]
+    assert e.value.code == 2 and line.startswith("error: Standard MHA at d_model 64: its runs differ in matrix_lr")
