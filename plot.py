@@ -224,6 +224,9 @@ def main(argv=None):
                         help="MQAR runs: accuracy by design, width and pairs, against KV-cache size")
     sweeps.add_argument("--own_rates", action="store_true",
                         help="the figure with each design at its own Muon rate (one rate a design)")
+    p.add_argument("--reference", metavar="DIR", nargs="+",
+                   help="with --recall: MHA's validity runs (E6 stage B), whose solved pair counts are the "
+                        "reference cells that set the Holm families")
     p.add_argument("--verdict", action="store_true",
                    help="every experiment in docs/runs in one table, at a glance and in full, printed")
     p.add_argument("--versus", metavar="DIR", action="append",
@@ -235,6 +238,8 @@ def main(argv=None):
     if args.verdict:
         print("\n\n".join(verdict()))  # the glance, then the full table and its notes
         return 0
+    if args.reference and not args.recall:
+        fail("--reference names the validity runs of --recall; add --recall")
     if args.versus and (args.pareto or args.lr or args.recall):
         fail("--versus compares two figures' gaps; it does not go with --pareto, --lr or --recall")
     runs = one_experiment(args.dirs, args)
@@ -245,7 +250,7 @@ def main(argv=None):
         fig, table, notes, names = lr_mode(runs)
     elif args.recall:
         try:
-            fig, table, notes, names = recall_mode(runs)
+            fig, table, notes, names = recall_mode(runs, load_runs(args.reference) if args.reference else None)
         except ValueError as e:
             fail(str(e))
     else:

@@ -20,6 +20,7 @@ from analysis.sweeps import PAPER_MATRIX_LR
 
 
 SOLVED = 0.99  # a run solves its cell when its final test accuracy reaches this
+VALID = 11 / 12  # E6's validity rule: a reference cell is one MHA solves on 11 of 12 unused seeds
 
 
 def finished(runs):
@@ -153,11 +154,11 @@ def recall_tables(cells, rows):
     return out
 
 
-def recall_mode(runs):
+def recall_mode(runs, reference_runs=None):
     """The recall figure, its tables, their notes and the files' names: E6's solve rates where a
     run was scored at a mixture of pair counts or attends through a window, else E4's table."""
     if any(isinstance(r["config"].get("mqar_pairs"), list) or r["config"].get("window") for r in runs):
-        return solve_mode(runs)
+        return solve_mode(runs, reference_runs)
     cells = recall_cells(runs)
     if not cells:
         raise ValueError("no finished MQAR run (a score line with test_acc) to tabulate")
@@ -212,10 +213,40 @@ def label(attn, window):
     return DESIGNS[attn].label + (f", window {window}" if window else "")
 
 
-def solve_rows(groups):
+def reference_cells(runs):
+    """{width: [pair counts]} at which the validity runs (MHA, full attention) solve at least VALID
+    of their seeds: E6's reference cells (docs/plan.md)."""
+    cells = {}
+    for (attn, window, width), g in solve_groups(runs).items():
+        if (attn, window) != ("mha", 0):
+            raise ValueError(f"--reference takes MHA's validity runs (full attention), not {label(attn, window)}")
+        for N in sorted({N for r in g for N in counts(r)}):
+            accs = [at(r["score"], "test_acc", N, counts(r) == [N]) for r in g if N in counts(r)]
+            if sum(a >= SOLVED for a in accs) >= VALID * len(accs) - 1e-9:
+                cells.setdefault(width, []).append(N)
+    return cells
+
+
+def families(rows, reference):
+    # each tested row's Holm family. Without reference cells, one. With them (E6's plan), the
+    # largest reference count is the primary family, full attention and the narrowest window;
+    # other reference counts and other windows are the secondary; other counts are not tested
+    if reference is None:
+        return {id(r): "all" for r in rows}
+    out = {}
+    for r in rows:
+        cells = reference.get(r["width"], [])
+        first_window = min((b["window"] for b in rows if b["width"] == r["width"] and b["window"]), default=0)
+        if r["pairs"] in cells:
+            primary = r["pairs"] == max(cells) and r["window"] in (0, first_window)
+            out[id(r)] = "primary" if primary else "secondary"
+    return out
+
+
+def solve_rows(groups, reference=None):
     """One row per design (a window its own), width and pair count: runs solved, mean accuracy,
     the median first step at SOLVED; against MHA (full attention) at the same width and count, the
-    gap in solve rate and Fisher's exact p; Holm over every other row as one family."""
+    gap in solve rate and Fisher's exact p; Holm within each family (families)."""
     rows = []
     for (attn, window, width), g in groups.items():
         T, share = g[0]["config"]["block_size"], cache(g[0]["header"])["kv_pct"]
@@ -233,20 +264,24 @@ def solve_rows(groups):
         base = next((b for b in rows if (b["attn"], b["window"], b["width"], b["pairs"]) ==
                      ("mha", 0, r["width"], r["pairs"])), None)
         if base is not None and base is not r:
-            r.update(base=base, diff=r["rate"] - base["rate"], p=fisher_exact(r["k"], r["n"], base["k"], base["n"]))
-    tested = [r for r in rows if "p" in r]
-    for r, p_holm in zip(tested, holm([r["p"] for r in tested])):
-        r.update(p_holm=p_holm, established=p_holm < 0.05,
-                 finds=smallest_rate_gap(r["n"], r["base"]["k"], r["base"]["n"], 0.05 / len(tested)))
+            r.update(base=base, diff=r["rate"] - base["rate"])
+    fam = families([r for r in rows if "base" in r], reference)
+    for name in dict.fromkeys(fam.values()):
+        tested = [r for r in rows if fam.get(id(r)) == name]
+        for r in tested:
+            r.update(family=name, p=fisher_exact(r["k"], r["n"], r["base"]["k"], r["base"]["n"]))
+        for r, p_holm in zip(tested, holm([r["p"] for r in tested])):
+            r.update(p_holm=p_holm, established=p_holm < 0.05,
+                     finds=smallest_rate_gap(r["n"], r["base"]["k"], r["base"]["n"], 0.05 / len(tested)))
     return rows
 
 
 def solve_table(rows):
-    head = ["d_model", "pairs", "design", "KV % MHA", "solved", "Δ MHA", "Fisher p", "Holm", "established", "finds",
-            "test accuracy", "first step at 0.99"]
+    head = ["d_model", "pairs", "design", "KV % MHA", "solved", "Δ MHA", "family", "Fisher p", "Holm", "established",
+            "finds", "test accuracy", "first step at 0.99"]
     mark = lambda r: {True: "yes", False: "no"}.get(r.get("established"), "-")
     body = [[str(r["width"]), str(r["pairs"]), r["label"], fmt(r["kv_pct"], ".1%"), f"{r['k']}/{r['n']}",
-             fmt(r.get("diff"), "+.2f"), fmt(r.get("p"), ".2g"), fmt(r.get("p_holm"), ".2g"), mark(r),
+             fmt(r.get("diff"), "+.2f"), r.get("family", "-"), fmt(r.get("p"), ".2g"), fmt(r.get("p_holm"), ".2g"), mark(r),
              fmt(r.get("finds"), ".2f"), fmt(r["mean"], ".3f"), "never" if r["first"] == math.inf else f"{r['first']:.0f}"]
             for r in rows]
     return render(head, body)
@@ -285,21 +320,31 @@ def draw_solves(rows, width):
     return fig
 
 
-def solve_mode(runs):
-    """E6's figure, its table, the notes and the files' names."""
+def solve_mode(runs, reference_runs=None):
+    """E6's figure, its table, the notes and the files' names. reference_runs: the validity runs
+    (MHA, unused seeds), whose reference cells set the families; None: one family."""
     groups = solve_groups(runs)
     if not groups:
         raise ValueError("no finished MQAR run (a score line with test_acc) to tabulate")
-    rows = solve_rows(groups)
-    m = sum("p" in r for r in rows)
+    reference = reference_cells(reference_runs) if reference_runs is not None else None
+    rows = solve_rows(groups, reference)
+    m = Counter(r["family"] for r in rows if "family" in r)
     width = Counter({w: len(g) for (_, _, w), g in groups.items()}).most_common(1)[0][0]  # the most runs
+    if reference is None:
+        fams = f"Holm over every row but MHA's, {m['all']} tests, one family"
+    else:
+        cells = "; ".join(f"d_model {w}: {', '.join(map(str, c))} pairs" for w, c in reference.items()) or "none"
+        fams = (f"reference cells (MHA solves at least {VALID:.3g} of the --reference runs): {cells}; the primary "
+                f"family ({m['primary']} tests) is the largest reference count, full attention and the narrowest "
+                f"window; the secondary ({m['secondary']}) the other reference counts and windows; a count that "
+                "is no reference cell is not tested ('-'); Holm within each family")
     notes = [f"solved: runs whose final test accuracy at that pair count (test_acc_pN, every test example) "
              f"is {SOLVED} or above; Δ MHA: the solve rate minus MHA's (full attention) at the same d_model "
              "and pairs",
-             f"Fisher p: two-sided Fisher's exact test of solved and not against MHA's runs; Holm over every "
-             f"row but MHA's, {m} tests, one family; established when Holm's p < 0.05; finds: the smallest gap "
-             "in solve rate from MHA's own that the row's runs against MHA's could establish at Holm's "
-             f"strictest level, 0.05/{m} (some count of solved runs whose Fisher p is below it; '-': none)",
+             f"Fisher p: two-sided Fisher's exact test of solved and not against MHA's runs; {fams}; established "
+             "when Holm's p < 0.05; finds: the smallest gap in solve rate from MHA's own that the row's runs "
+             "against MHA's could establish at Holm's strictest level, 0.05 / the family's tests (some count "
+             "of solved runs whose Fisher p is below it; '-': none)",
              "KV % MHA: the cache of a whole sequence (block_size tokens); a window's holds min(T, W) of T "
              "tokens; test accuracy: the mean over seeds; first step at 0.99: the median over seeds of the "
              "first eval of the learning curve (a quarter of the test examples) at or above it, a seed "

@@ -128,16 +128,47 @@ def test_plot_recall_gives_solve_rates_fisher_and_holm_for_a_mixture(tmp_path):
         cells = row(N, "GQA" if attn == "gqa" else "Standard MHA, window 32")
         k = solved[(attn, window)][(8, 16).index(N)]
         assert cells[4] == f"{k}/12" and cells[5] == f"{(k - solved[('mha', 0)][(8, 16).index(N)]) / 12:+.2f}"
-        assert cells[6] == f"{want:.2g}" and cells[7] == f"{adjusted[(N, (attn, window))]:.2g}"
-        assert cells[8] == ("yes" if adjusted[(N, (attn, window))] < 0.05 else "no")
+        assert cells[6] == "all" and cells[7] == f"{want:.2g}" and cells[8] == f"{adjusted[(N, (attn, window))]:.2g}"
+        assert cells[9] == ("yes" if adjusted[(N, (attn, window))] < 0.05 else "no")
     window16 = row(16, "Standard MHA, window 32")
-    assert window16[8] == "yes" and window16[3] == "25.0%"  # 32 of the 128 tokens MHA caches
+    assert window16[9] == "yes" and window16[3] == "25.0%"  # 32 of the 128 tokens MHA caches
     assert row(16, "Standard MHA")[4:6] == ["11/12", "-"] and row(16, "Standard MHA")[-1] == "100 |"  # median first step
-    assert window16[-1] == "never |" and window16[10] == f"{(1 + 11 * 0.2) / 12:.3f}"
+    assert window16[-1] == "never |" and window16[11] == f"{(1 + 11 * 0.2) / 12:.3f}"
     # finds: 12 runs against MHA's 11 of 12 at Holm's strictest 0.05/4, by trying every count
     strict = [abs(k / 12 - 11 / 12) for k in range(13)
               if scipy.stats.fisher_exact([[k, 12 - k], [11, 1]]).pvalue < 0.05 / 4]
-    assert window16[9] == f"{min(strict):.2f}"
+    assert window16[10] == f"{min(strict):.2f}"
+
+
+def test_reference_runs_set_the_primary_and_secondary_families(tmp_path):
+    # E6's plan: counts MHA's validity runs solve on 11 of 12 seeds are reference cells; the largest
+    # is the primary family, the others the secondary; a count below the rule is not tested
+    solved = {("mha", 0): (12, 12, 12), ("gqa", 0): (12, 9, 5), ("mha", 32): (10, 2, 0), ("mha", 64): (12, 8, 3)}
+    for (attn, window), ks in solved.items():
+        for s in range(12):
+            final = {N: 1.0 if s < k else 0.2 for N, k in zip((4, 8, 16), ks)}
+            mix_log(tmp_path / "e6" / f"{attn}_w{window}_s{s}", attn, s, final, {N: 100 for N in final}, window)
+    for s, ks in enumerate([(1, 1, 1)] * 11 + [(1, 1, 0)] * 1):  # 16 pairs: 11 of 12, a reference cell too
+        mix_log(tmp_path / "b" / f"mha_s{200 + s}", "mha", 200 + s, dict(zip((4, 8, 16), map(float, ks))),
+                {4: 100, 8: 100, 16: 100})
+    (tmp_path / "b" / "mha_s211" / "log.jsonl").write_text(  # 8 pairs: 10 of 12, not a reference cell
+        (tmp_path / "b" / "mha_s211" / "log.jsonl").read_text().replace('"test_acc_p8": 1.0', '"test_acc_p8": 0.5'))
+    (tmp_path / "b" / "mha_s210" / "log.jsonl").write_text(
+        (tmp_path / "b" / "mha_s210" / "log.jsonl").read_text().replace('"test_acc_p8": 1.0', '"test_acc_p8": 0.5'))
+    assert plot.main([str(tmp_path / "e6"), "--recall", "--reference", str(tmp_path / "b")]) == 0
+    md = open(tmp_path / "e6" / "recall.md").read()
+    row = lambda N, label: next(l for l in md.splitlines() if l.startswith(f"| 64 | {N} | {label} |")).split(" | ")
+    labels = {("gqa", 0): "GQA", ("mha", 32): "Standard MHA, window 32", ("mha", 64): "Standard MHA, window 64"}
+    fam = {(N, key): row(N, label)[6] for N in (4, 8, 16) for key, label in labels.items()}
+    assert [fam[(16, k)] for k in labels] == ["primary", "primary", "secondary"]  # a second window: secondary
+    assert [fam[(4, k)] for k in labels] == ["secondary"] * 3 and all(fam[(8, k)] == "-" for k in labels)
+    primary = {k: scipy.stats.fisher_exact([[solved[k][2], 12 - solved[k][2]], [12, 0]]).pvalue
+               for k in (("gqa", 0), ("mha", 32))}
+    for k, p_holm in zip(primary, holm(list(primary.values()))):  # Holm over the primary's two rows alone
+        assert row(16, labels[k])[8] == f"{p_holm:.2g}"
+    assert "reference cells" in md and "d_model 64: 4, 16 pairs" in md
+    with pytest.raises(SystemExit):  # --reference is --recall's
+        plot.main([str(tmp_path / "e6"), "--reference", str(tmp_path / "b")])
 
 
 def test_the_recall_figure_has_a_point_per_seed_and_its_legend_off_the_data(tmp_path):

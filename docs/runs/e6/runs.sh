@@ -5,6 +5,7 @@
 #   LR=0.01 bash docs/runs/e6/runs.sh validity   # stage B: MHA at the chosen rate, seeds 200-211 -> out/e6b
 #   LR=0.01 bash docs/runs/e6/runs.sh main       # the designs and the window, seeds 0-15 -> out/e6
 #   DRY=1 ...                             # print the commands only
+# The table and figure: python plot.py docs/runs/e6 --recall --reference docs/runs/e6b
 set -euo pipefail
 stage=${1:?usage: bash docs/runs/e6/runs.sh pilot|validity|main}
 runs() {
