@@ -207,7 +207,7 @@ def one_experiment(dirs, args):
     return runs
 
 
-def main(argv=None):
+def parser():
     p = argparse.ArgumentParser(description="Redraw the paper's Figure 4 from out/<run>/log.jsonl.")
     p.add_argument("dirs", nargs="*", default=["out"], help="run folders or folders of runs (default: out)")
     p.add_argument("--out", help="where the figure and results.md go (default: the first of DIRS)")
@@ -233,7 +233,11 @@ def main(argv=None):
                    help="another experiment of the same designs (another context, say): how each "
                         "design's gap to MHA differs between the two; repeat it for more folders")
     p.error = fail  # bad arguments too: one line, exit status 2
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv=None):
+    args = parser().parse_args(argv)
 
     if args.verdict:
         print("\n\n".join(verdict()))  # the glance, then the full table and its notes
