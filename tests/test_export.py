@@ -221,6 +221,8 @@ def test_the_folder_is_a_causal_lm_as_transformers_knows_them(built):
         assert len(states) == c.n_layer + 1 and torch.equal(hf.get_output_embeddings()(states[-1]).float(), out.logits)
         logits, cache = hf(idx, return_dict=False)
         assert torch.equal(logits, out.logits) and isinstance(cache, transformers.Cache)
+    # a prompt given as embeddings generates what its tokens do (transformers returns only the new tokens)
+    assert torch.equal(greedy(hf, None, 8, inputs_embeds=hf.get_input_embeddings()(idx)), greedy(hf, idx, 8)[:, 12:])
     with pytest.raises(ValueError, match="pad on the left"):
         hf(idx, attention_mask=torch.ones_like(idx).flip(1).tril(3)[:2])
     card = open(os.path.join(path, "README.md")).read()
