@@ -330,8 +330,9 @@ class LRKV(nn.Module):
             # the small cache, 2·d_h + 2·H·r + H: the shared key already rotated (RoPE is linear), the
             # latents, and each head's 1/rms (QK-norm's divisor), so decode never rebuilds a key
             k_inv = rms_inv(k).type_as(k)  # (B, T, H, 1), as norm()
-            c, mask = cache.write(pos, mask, k_s=k_s_rot.unsqueeze(1), v_s=v_s.unsqueeze(1), k_inv=k_inv.transpose(1, 2),
-                                  r_k=r_k.transpose(1, 2), r_v=r_v.transpose(1, 2))  # (B, heads, T, d)
+            c, mask = cache.write(pos, mask, k_s=k_s_rot.unsqueeze(1), v_s=v_s.unsqueeze(1),
+                                  k_inv=k_inv.transpose(1, 2), r_k=r_k.transpose(1, 2),
+                                  r_v=r_v.transpose(1, 2))  # (B, heads, T, d)
             if pos is not None:  # RoPE's tables at the positions the slots hold
                 held = cache.held(pos[-1:]).clamp(min=0)
                 return self.decode(q, c, mask, cos[..., held, :], sin[..., held, :])
