@@ -92,6 +92,7 @@ def test_a_folder_that_does_not_fit_is_one_line(tmp_path):
 # every design and factored LRKV at the cpu preset's attn_scale 2, so all export as remote code
 DECODE = {"mha": {}, "gqa": {}, "mqa": {}, "mla": {}, "lrkv": {}, "lrkv_factored": dict(lrkv_factored=True)}
 PROMPTS = ["ROMEO:", "To be, or not to be", "O"]  # three lengths, for a left-padded batch
+WINDOW = {"lrkv_window": dict(window=16)}  # and one design with a sliding window, past its width
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +122,7 @@ def greedy(hf, idx, n, **kw):
 @pytest.mark.parametrize("name", list(DECODE) + ["lrkv_window"])
 def test_transformers_generate_decodes_through_the_designs_own_cache(built, name):
     import flops
-    model, path, hf = built(name, **(dict(window=16) if name == "lrkv_window" else {}))
+    model, path, hf = built(name, **WINDOW.get(name, {}))
     idx = torch.randint(0, 256, (1, 9), generator=torch.Generator().manual_seed(0))
     cached = greedy(hf, idx, 64)  # transformers' default: a cache
     assert torch.equal(cached, greedy(hf, idx, 64, use_cache=False)) and torch.equal(cached, model.generate(idx, 64, 0))
@@ -148,9 +149,9 @@ def test_transformers_generate_decodes_through_the_designs_own_cache(built, name
     assert sum(layer.nbytes() for layer in cache.layers) == flops.cache_bytes(model.cfg, 40, batch=2, bytes_per_elem=4)
 
 
-@pytest.mark.parametrize("name", DECODE)
+@pytest.mark.parametrize("name", list(DECODE) + ["lrkv_window"])
 def test_a_left_padded_batch_gives_each_prompt_its_own_tokens(built, name):
-    _, path, hf = built(name)
+    _, path, hf = built(name, **WINDOW.get(name, {}))
     tok = transformers.AutoTokenizer.from_pretrained(path, trust_remote_code=True)
     batch = tok(PROMPTS, return_tensors="pt", padding=True)
     assert (batch.attention_mask[:, 0] == 0).any()  # padded on the left
