@@ -19,9 +19,9 @@ SHARED = {"attn", "n_layer", "n_head", "n_embd", "block_size", "vocab_size", "at
 
 
 def attention_classes():
-    # the designs' classes: the nn.Modules in attention.py that attend (forward(x, cos, sin, cache, pos))
+    # the designs' classes: the nn.Modules in attention.py that attend (forward(x, cos, sin, cache, pos, mask))
     return {name for name, c in vars(attention).items() if inspect.isclass(c) and issubclass(c, torch.nn.Module)
-            and list(inspect.signature(c.forward).parameters)[1:] == ["x", "cos", "sin", "cache", "pos"]}
+            and list(inspect.signature(c.forward).parameters)[1:] == ["x", "cos", "sin", "cache", "pos", "mask"]}
 
 
 def test_every_class_has_a_row_and_every_row_a_class():
