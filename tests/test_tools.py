@@ -10,6 +10,7 @@ import torch
 
 from checkpoint import load_model
 from common import autocast
+from test_generate import one_thread  # noqa: F401  tiny models score and decode faster on one thread
 from test_model import randomized, tiny
 from test_train import ROOT, read_log, train
 from tokenizer import get_tokenizer
@@ -176,7 +177,7 @@ def test_the_standard_harness_model_scores_an_export_as_eval_py_does(run, tmp_pa
     from harness import NanoKV
     ckpt, export = run
     env = {**os.environ, "HF_HOME": str(tmp_path / "hf"), "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
-    tasks, limit = "shakespeare_mc,shakespeare_gen", 12
+    tasks, limit = "shakespeare_mc,shakespeare_gen", 8
     hf = harness_table([sys.executable, "-m", "lm_eval", "--model", "hf", "--model_args",
                         f"pretrained={export},trust_remote_code=True", "--tasks", tasks, "--include_path",
                         os.path.join(ROOT, "tasks"), "--limit", str(limit), "--device", "cpu", "--batch_size", "4",
