@@ -147,7 +147,7 @@ class Toy(torch.nn.Module):
     def init_residuals(self):
         torch.nn.init.ones_(self.E)
 
-    def forward(self, x, cos, sin, cache=None, pos=None):
+    def forward(self, x, cos, sin, cache=None, pos=None, mask=None):
         B, T, C = x.shape
         q, k, v = (f(x).view(B, T, self.H, -1).transpose(1, 2) for f in (self.c_q, self.c_k, self.c_v))
         y = torch.nn.functional.scaled_dot_product_attention(q, k, v * self.E.view(self.H, 1, -1), is_causal=True)
