@@ -8,11 +8,13 @@ what differs is how keys and values are made and what a KV cache must keep per t
     mla               MLA                     latent c_kv and one RoPE key k_pe  d_c + d_r
     lrkv              LRKV                    shared K/V, rank-r latents, norms  2·d_h + 2·H·r + H
 
-forward(x, cos, sin, cache=None, pos=None): cos/sin are the RoPE tables for every position.
-Without a cache the T tokens sit at positions 0..T-1 (training). With a KVCache and pos None they
-are a prefill at 0..T-1: the training path, and the cache stores what the design keeps. With pos,
-a (T,) tensor of positions, they are decoded: written into the cache there, they attend over all
-of it under a mask, so shapes never depend on the position and one compiled step serves them all.
+forward(x, cos, sin, cache=None, pos=None, mask=None): cos/sin are the RoPE tables for every
+position. Without a cache the T tokens sit at positions 0..T-1 (training). With a KVCache and pos
+None they are a prefill at 0..T-1: the training path, and the cache stores what the design keeps.
+With pos, a (T,) tensor of positions, they are decoded: written into the cache there, they attend
+over all of it under a mask, so shapes never depend on the position and one compiled step serves
+them all. A left-padded batch is the one case with a mask (B, 1, T, positions) of the positions
+each token sees (padded(), from GPT.forward), and tables (B, positions, d/2) of each row's own.
 Each class reads in that order: its training path (the paper's equations), then its decode path.
 """
 import math
@@ -57,11 +59,11 @@ norm = RMSNorm.apply
 
 
 def rope(x, cos, sin):
-    # x (B, T, H, D), cos/sin (T, D/2) -> RoPE(x): the halves [x1, x2] of each head turned by their
-    # position's angles, [x1 cos + x2 sin, x2 cos - x1 sin] = x·[cos, cos] + [x2, x1]·[sin, -sin]:
-    # three whole-width passes, none on a strided half
-    cos2 = torch.cat([cos, cos], dim=-1)[:, None].to(x.dtype)  # (T, 1, D)
-    sin2 = torch.cat([sin, -sin], dim=-1)[:, None].to(x.dtype)
+    # x (B, T, H, D), cos/sin (T, D/2) or each row's (B, T, D/2) -> RoPE(x): the halves [x1, x2] of
+    # each head turned by their position's angles, [x1 cos + x2 sin, x2 cos - x1 sin] =
+    # x·[cos, cos] + [x2, x1]·[sin, -sin]: three whole-width passes, none on a strided half
+    cos2 = torch.cat([cos, cos], dim=-1).unsqueeze(-2).to(x.dtype)  # (T, 1, D) or (B, T, 1, D)
+    sin2 = torch.cat([sin, -sin], dim=-1).unsqueeze(-2).to(x.dtype)
     return torch.addcmul(x * cos2, x.roll(x.size(-1) // 2, dims=-1), sin2)
 
 
@@ -69,6 +71,15 @@ def band(T, window, device=None):
     # (T, T): query i sees keys i - window < j <= i, the last `window` positions (a sliding window)
     i = torch.arange(T, device=device)
     return (i[None, :] <= i[:, None]) & (i[None, :] > i[:, None] - window)
+
+
+def padded(q, k, pad, window=0):
+    # (B, 1, len(q), len(k)): which key positions k each query position q sees in a batch whose row b
+    # starts with pad[b] pads: the causal ones (a window's last `window`) that are no pad; a pad sees
+    # itself, so that no row of the softmax is empty (a NaN)
+    q, k = q[:, None], k[None, :]
+    see = (k <= q) & (k > q - window) if window else k <= q  # (len(q), len(k))
+    return (see & ((k >= pad[:, None, None]) | (k == q)))[:, None]
 
 
 def attend(q, k, v, scale=None, mask=None, window=0):
@@ -80,14 +91,15 @@ def attend(q, k, v, scale=None, mask=None, window=0):
             return F.scaled_dot_product_attention(q, k, v, band(Tq, window, q.device), scale=scale,
                                                   enable_gqa=Hkv != H)
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=Hkv != H)
-    # after a cache, mask (Tq, Tk) says which slots each new token sees: two matmuls, as LRKV's
+    # after a cache, mask (Tq, Tk) says which slots each new token sees (a padded batch: (B, 1, Tq,
+    # Tk), the one case a prefill has a mask): two matmuls, as LRKV's
     # decode. On a GPU a fused attention kernel gives batch-1 decode one thread block per K/V head
     # (one for MQA and MLA), each reading the whole cache alone; a matmul spreads over the cache.
     # The G = H/Hkv query heads of a group read one K/V head: fold them into the query length.
     G = H // Hkv
     q = q.reshape(B, Hkv, G * Tq, D)
     att = (q @ k.transpose(-2, -1)) * (scale if scale is not None else 1 / math.sqrt(D))  # (B, Hkv, G·Tq, Tk)
-    att = att.masked_fill(~mask.repeat(G, 1), float("-inf")).softmax(dim=-1)
+    att = att.masked_fill(~torch.cat([mask] * G, dim=-2), float("-inf")).softmax(dim=-1)
     return (att @ v).view(B, H, Tq, -1)  # (B, H, Tq, Dv)
 
 
@@ -100,7 +112,8 @@ class KVCache:
     the last `window`: a ring of slots = min(max_len, window), position p in slot p % slots, so the
     cache stops growing at the window. write() takes the new tokens as (B, heads, T, d), stores
     them in place and returns every buffer whole, with the mask (T, slots) of the slots each new
-    token may attend to: those holding a position q with p - window < q <= p. n counts the tokens
+    token may attend to (visible). A prefill returns its mask as given: None, fused causal
+    attention, unless the batch is padded. n counts the tokens
     cached by the plain calls of GPT.forward; a call with explicit positions (the compiled decode
     step) leaves it to the caller."""
 
@@ -114,7 +127,7 @@ class KVCache:
         j = torch.arange(self.slots, device=last.device)
         return last - (last - j).remainder(self.slots)
 
-    def write(self, pos, **new):
+    def write(self, pos, mask=None, **new):
         for name, x in new.items():
             if name not in self.buf:
                 self.buf[name] = x.new_zeros(*x.shape[:2], self.slots, x.size(3))
@@ -130,11 +143,16 @@ class KVCache:
                                            x[:, :, -self.slots:])
             else:
                 self.buf[name].index_copy_(2, pos % self.slots, x)
-        if pos is None:
-            return self.buf, None
+        return self.buf, mask if pos is None else self.visible(pos, mask)
+
+    def visible(self, pos, mask=None):
+        # (T, slots): the slots each new token at pos may attend to, those holding a position q with
+        # p - window < q <= p; (B, 1, T, slots) where a padded batch's mask (B, 1, T, positions) says
+        # which positions each row's tokens see
         q, p = self.held(pos[-1:]), pos[:, None]  # (slots,), (T, 1)
-        mask = (q >= 0) & (q <= p)
-        return self.buf, mask & (q > p - self.window) if self.window else mask  # (T, slots)
+        see = (q >= 0) & (q <= p)
+        see = see & (q > p - self.window) if self.window else see
+        return see if mask is None else see & mask[..., q.clamp(min=0)]
 
     def nbytes(self):
         return sum(b.numel() * b.element_size() for b in self.buf.values())
@@ -155,17 +173,17 @@ class GroupedQueryAttention(nn.Module):
         self.c_v = nn.Linear(cfg.n_embd, self.Hkv * self.d_h, bias=False)
         self.c_proj = nn.Linear(self.H * self.d_h, cfg.n_embd, bias=False)
 
-    def forward(self, x, cos, sin, cache=None, pos=None):
+    def forward(self, x, cos, sin, cache=None, pos=None, mask=None):
         B, T, C = x.size()
-        cos, sin = (cos[:T], sin[:T]) if pos is None else (cos[pos], sin[pos])  # the new tokens' angles
+        at = slice(T) if pos is None else pos  # the new tokens' angles
+        cos, sin = cos[..., at, :], sin[..., at, :]
         q = self.c_q(x).view(B, T, self.H, self.d_h)  # (B, T, H, d_h)
         k = self.c_k(x).view(B, T, self.Hkv, self.d_h)  # (B, T, Hkv, d_h)
         v = self.c_v(x).view(B, T, self.Hkv, self.d_h)  # (B, T, Hkv, d_h)
         q, k = norm(rope(q, cos, sin)), norm(rope(k, cos, sin))  # RoPE then QK-norm
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, heads, T, d_h)
-        mask = None
         if cache is not None:  # cache the rotated, normalised keys: 2·Hkv·d_h per token
-            c, mask = cache.write(pos, k=k, v=v)
+            c, mask = cache.write(pos, mask, k=k, v=v)
             if pos is not None:
                 k, v = c["k"], c["v"]  # (B, Hkv, max_len, d_h), read in place
         y = attend(q, k, v, self.scale, mask, self.window)  # (B, H, T, d_h)
@@ -214,12 +232,12 @@ class MLA(nn.Module):
         k_pe = rope(self.W_kr(x).unsqueeze(2), cos, sin).squeeze(2)  # one RoPE key for all heads
         return q_nope, rope(q_pe, cos, sin), c_kv, k_pe
 
-    def forward(self, x, cos, sin, cache=None, pos=None):
+    def forward(self, x, cos, sin, cache=None, pos=None, mask=None):
         if pos is not None:
-            return self.decode(x, cos[pos], sin[pos], cache, pos)
+            return self.decode(x, cos[..., pos, :], sin[..., pos, :], cache, pos, mask)
         B, T, C = x.size()
         H, d_n, d_r, d_v = self.H, self.d_n, self.d_r, self.d_v
-        q_nope, q_pe, c_kv, k_pe = self.project(x, cos[:T], sin[:T])
+        q_nope, q_pe, c_kv, k_pe = self.project(x, cos[..., :T, :], sin[..., :T, :])
         if cache is not None:  # a prefill: what a token leaves in the cache, d_c + d_r numbers
             cache.write(None, ckv_pe=torch.cat([c_kv, k_pe], dim=-1).unsqueeze(1))  # (B, 1, T, d_c + d_r)
         # up-project the latent to full per-head keys and values (naive, fused causal attention)
@@ -227,17 +245,17 @@ class MLA(nn.Module):
         v = self.W_uv(c_kv).view(B, T, H, d_v)  # (B, T, H, d_v)
         k = torch.cat([k_nope, k_pe.unsqueeze(2).expand(B, T, H, d_r)], dim=-1)  # (B, T, H, d_n + d_r)
         q = torch.cat([q_nope, q_pe], dim=-1)
-        y = attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), self.scale, None, self.window)  # (B, H, T, d_v)
+        y = attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), self.scale, mask, self.window)  # (B, H, T, d_v)
         return self.c_proj(y.transpose(1, 2).reshape(B, T, H * d_v))
 
-    def decode(self, x, cos, sin, cache, pos):
+    def decode(self, x, cos, sin, cache, pos, mask=None):
         """Absorbed, from the cache alone: q_nope·k_nope = q_nope·(W_uk_h c) = (W_uk_hᵀ q_nope)·c, so
         attention runs in the latent space as MQA with one (d_c + d_r)-wide key [c_kv, k_pe] and one
         d_c-wide value c_kv, and W_uv is applied after attention. It never builds K or V."""
         B, T, C = x.size()
         H, d_n, d_c, d_v = self.H, self.d_n, self.d_c, self.d_v
         q_nope, q_pe, c_kv, k_pe = self.project(x, cos, sin)
-        c, mask = cache.write(pos, ckv_pe=torch.cat([c_kv, k_pe], dim=-1).unsqueeze(1))  # (B, 1, T, d_c + d_r)
+        c, mask = cache.write(pos, mask, ckv_pe=torch.cat([c_kv, k_pe], dim=-1).unsqueeze(1))  # (B, 1, T, d_c + d_r)
         W_uk = self.W_uk.weight.view(H, d_n, d_c)  # (H, d_n, d_c)
         W_uv = self.W_uv.weight.view(H, d_v, d_c)  # (H, d_v, d_c)
         q_c = torch.einsum("bthn,hnc->bthc", q_nope, W_uk)  # (B, T, H, d_c)
@@ -292,10 +310,11 @@ class LRKV(nn.Module):
             U.mul_(s.view(H, 1, 1))
             B.mul_(s.view(H, 1, 1))
 
-    def forward(self, x, cos, sin, cache=None, pos=None):
+    def forward(self, x, cos, sin, cache=None, pos=None, mask=None):
         B, T, C = x.size()
         H, r, d_h = self.H, self.r, self.d_h
-        cos_t, sin_t = (cos[:T], sin[:T]) if pos is None else (cos[pos], sin[pos])  # the new tokens' angles
+        at = slice(T) if pos is None else pos  # the new tokens' angles
+        cos_t, sin_t = cos[..., at, :], sin[..., at, :]
         q = norm(rope(self.c_q(x).view(B, T, H, d_h), cos_t, sin_t))  # (B, T, H, d_h)
         k_s, v_s = self.W_sk(x), self.W_sv(x)  # X W_s^K, X W_s^V: (B, T, d_h)
         r_k, r_v = self.U_k(x).view(B, T, H, r), self.U_v(x).view(B, T, H, r)  # R_h = X U_h: (B, T, H, r)
@@ -311,14 +330,15 @@ class LRKV(nn.Module):
             # the small cache, 2·d_h + 2·H·r + H: the shared key already rotated (RoPE is linear), the
             # latents, and each head's 1/rms (QK-norm's divisor), so decode never rebuilds a key
             k_inv = rms_inv(k).type_as(k)  # (B, T, H, 1), as norm()
-            c, mask = cache.write(pos, k_s=k_s_rot.unsqueeze(1), v_s=v_s.unsqueeze(1), k_inv=k_inv.transpose(1, 2),
-                                  r_k=r_k.transpose(1, 2), r_v=r_v.transpose(1, 2))  # (B, heads, T, d)
+            c, mask = cache.write(pos, mask, k_s=k_s_rot.unsqueeze(1), v_s=v_s.unsqueeze(1),
+                                  k_inv=k_inv.transpose(1, 2), r_k=r_k.transpose(1, 2),
+                                  r_v=r_v.transpose(1, 2))  # (B, heads, T, d)
             if pos is not None:  # RoPE's tables at the positions the slots hold
                 held = cache.held(pos[-1:]).clamp(min=0)
-                return self.decode(q, c, mask, cos[held], sin[held])
+                return self.decode(q, c, mask, cos[..., held, :], sin[..., held, :])
         # training and prefill: RoPE and QK-norm of the full keys, then attention as MHA's
         k = norm(k if self.factored else rope(k, cos_t, sin_t))
-        y = attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), self.scale, None, self.window)
+        y = attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), self.scale, mask, self.window)
         return self.c_proj(y.transpose(1, 2).reshape(B, T, H * d_h))  # y: (B, H, T, d_h)
 
     def decode(self, q, c, mask, cos, sin):
@@ -353,13 +373,14 @@ class LRKV(nn.Module):
         per frequency f, RoPE_s⁻¹ q = [q1 cos_s - q2 sin_s, q1 sin_s + q2 cos_s], so
         (B_hᵀ RoPE_s⁻¹ q)_j = Σ_f cos_sf·(B1 q1 + B2 q2)_fj + sin_sf·(B2 q1 - B1 q2)_fj: one
         (B·H·T·r, d_h) x (d_h, Tk) product with the RoPE table, no (Tk, H, d_h) keys in memory.
-        q (B, H, T, d_h), B_k (H, d_h, r), cos/sin (Tk, d_h/2), r_k (B, H, Tk, r) -> (B, H, T, Tk)."""
+        q (B, H, T, d_h), B_k (H, d_h, r), cos/sin (Tk, d_h/2) or each row's (B, Tk, d_h/2),
+        r_k (B, H, Tk, r) -> (B, H, T, Tk)."""
         d = q.size(-1) // 2
         q1, q2 = q[..., None, :d], q[..., None, d:]  # (B, H, T, 1, d/2)
         Bt = B_k.transpose(1, 2)[:, None]  # (H, 1, r, d_h): B_hᵀ
         B1, B2 = Bt[..., :d], Bt[..., d:]  # (H, 1, r, d/2)
         P = torch.cat([q1 * B1 + q2 * B2, q1 * B2 - q2 * B1], dim=-1)  # (B, H, T, r, d_h)
-        trig = torch.cat([cos, sin], dim=-1).to(q.dtype)  # (Tk, d_h)
-        qB = P @ trig.T  # (B, H, T, r, Tk): B_hᵀ RoPE_s⁻¹(q) for every s, as one matmul
+        trig = torch.cat([cos, sin], dim=-1).to(q.dtype).mT  # (d_h, Tk), or (B, d_h, Tk) per row
+        qB = P @ (trig if trig.dim() == 2 else trig[:, None, None])  # (B, H, T, r, Tk): B_hᵀ RoPE_s⁻¹(q), every s
         return torch.linalg.vecdot(qB, r_k.transpose(-2, -1).unsqueeze(2), dim=-2)  # (B, H, T, Tk)
 

@@ -4,7 +4,8 @@ eval.py and checkpoint.load_model use for such a folder):
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
     model = AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True)
-    tok = AutoTokenizer.from_pretrained(DIR)
+    tok = AutoTokenizer.from_pretrained(DIR, trust_remote_code=True)
+    out = model.generate(**tok(["ROMEO:", "To be, or"], return_tensors="pt", padding=True), max_new_tokens=50)
 
 Every design exports as model_type "nanokv": hf/modeling_nanokv.py and hf/configuration_nanokv.py
 beside copies of model.py, attention.py and what they import, made relative (transformers loads
@@ -13,15 +14,22 @@ model and needs no nanoKV installed. MHA, GQA and MQA at attn_scale 1 also fit t
 NanoChatForCausalLM, the same computation (RoPE then weightless QK-norm, ReLU², weightless RMSNorm
 before the layers and the head): those export as model_type "nanochat", no remote code. MLA and
 LRKV cache and project otherwise, and attn_scale ≠ 1 (the cpu preset's 2) scales logits that
-NanoChat's fixed 1/√d_h does not. The tokenizer goes along as tokenizer.json.
+NanoChat's fixed 1/√d_h does not. The tokenizer goes along as tokenizer.json, eot its pad token
+and padding on the left (a batch for generate); README.md is the model card.
+
+AutoTokenizer reads config.json before the tokenizer's files, and a `nanokv` config is remote
+code, so it asks the y/N question of remote code unless given trust_remote_code=True (as the
+model is); PreTrainedTokenizerFast.from_pretrained(DIR) reads the tokenizer's files alone.
 """
 import json
 import os
 import re
 import shutil
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
+import flops
 from attention import EPS
+from common import DESIGNS, setting
 from model import GPT, GPTConfig
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -55,9 +63,11 @@ def relative(src):
     return re.sub(rf"^(\s*)from ({LOCAL}) import", r"\1from .\2 import", src, flags=re.M)
 
 
-def tokenizer_files(name, eot, path):
+def tokenizer_files(name, eot, context, path):
     """The run's tokenizer as tokenizer.json (+ its config), what AutoTokenizer.from_pretrained reads:
-    GPT-2's BPE from its two vocabulary files, or one token per byte (ids 0-255) and eot."""
+    GPT-2's BPE from its two vocabulary files, or one token per byte (ids 0-255) and eot. eot pads
+    (GPT-2's vocabulary has no pad token of its own), on the left: generation continues each row at its end. model_max_length is
+    the context, so that pipelines fit their prompts in it."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
     from tokenizer import GPT2_EOT, byte_chars, gpt2_files
@@ -71,7 +81,8 @@ def tokenizer_files(name, eot, path):
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens([GPT2_EOT])
     assert tok.token_to_id(GPT2_EOT) == eot
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=GPT2_EOT, bos_token=GPT2_EOT)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=GPT2_EOT, bos_token=GPT2_EOT, pad_token=GPT2_EOT,
+                                   model_max_length=context, padding_side="left")
     fast.save_pretrained(path)
 
 
@@ -83,7 +94,7 @@ def write(model, meta, tokenizer, path):
     cfg, eot = model.cfg, get_tokenizer(tokenizer).eot
     os.makedirs(path, exist_ok=True)
     run = {"step": meta.get("step"), "train_config": meta.get("train_config")}
-    common = dict(bos_token_id=eot, eos_token_id=eot, max_position_embeddings=cfg.block_size,
+    common = dict(bos_token_id=eot, eos_token_id=eot, pad_token_id=eot, max_position_embeddings=cfg.block_size,
                   tie_word_embeddings=False, nanokv=asdict(cfg), nanokv_run=run)
     state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
     if native(cfg):
@@ -91,7 +102,7 @@ def write(model, meta, tokenizer, path):
                                 num_hidden_layers=cfg.n_layer, num_attention_heads=cfg.n_head,
                                 num_key_value_heads=cfg.kv_heads, rms_norm_eps=EPS, hidden_act="relu2",
                                 rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_base},
-                                final_logit_softcapping=None, attention_bias=False, pad_token_id=eot, **common)
+                                final_logit_softcapping=None, attention_bias=False, **common)
         hf = NanoChatForCausalLM(hf_cfg)
         state = {rename(k, NAMES): v for k, v in state.items()}
     else:
@@ -107,9 +118,54 @@ def write(model, meta, tokenizer, path):
         hf = kind(hf_cfg)
         state = {f"model.{k}": v for k, v in state.items()}
     hf.load_state_dict(state, strict=True)
+    # generate's default length is the context: a pipeline's own default (256 new tokens) would not fit in it
+    hf.generation_config.max_length = cfg.block_size
     hf.save_pretrained(path)
-    tokenizer_files(tokenizer, eot, path)
-    return "nanochat" if native(cfg) else "nanokv"
+    tokenizer_files(tokenizer, eot, cfg.block_size, path)
+    kind = "nanochat" if native(cfg) else "nanokv"
+    with open(os.path.join(path, "README.md"), "w") as f:
+        f.write(card(cfg, run, kind))
+    return kind
+
+
+def card(cfg, run, kind):
+    """The folder's README.md, its model card: the design, the bytes its cache keeps per token, the
+    training run, and how to load it."""
+    per_token = flops.kv_cache_bytes_per_token(cfg)  # bf16, as a GPU decodes
+    mha = flops.kv_cache_bytes_per_token(replace(cfg, attn="mha"))
+    remote = ", trust_remote_code=True" if kind == "nanokv" else ""
+    tc = run.get("train_config") or {}
+    keys = ("dataset", "tokenizer", "train_tokens", "batch_size", "seed")
+    trained = ", ".join(f"{k} {tc[k]}" for k in keys if k in tc)
+    window, held = "", ""
+    if cfg.window:
+        window, held = f", a sliding window of {cfg.window} tokens", f" (the last {cfg.window} tokens)"
+    return f"""---
+library_name: transformers
+tags: [nanokv, {cfg.attn}]
+---
+# nanoKV: {DESIGNS[cfg.attn].label} ({setting(cfg)})
+
+A GPT of {cfg.n_layer} layers, d_model {cfg.n_embd}, {cfg.n_head} query heads and a context of {cfg.block_size} \
+tokens{window}, whose attention is {DESIGNS[cfg.attn].label} ({setting(cfg)}), trained with nanoKV.
+
+**Its KV cache** holds {per_token:,} bytes per token{held} in bf16 ({2 * per_token:,} in fp32, the weights' dtype \
+here), {per_token / mha:.0%} of what MHA's would at this shape (nanoKV's flops.kv_cache_bytes_per_token). \
+transformers' generate decodes through that cache (model_type `{kind}`).
+
+**Training**: step {run.get("step")}{"; " + trained if trained else ""}. The whole training config is \
+`nanokv_run` in config.json, the model's under `nanokv`.
+
+**Loading** (DIR: this folder, or its name on the Hub):
+
+```python
+from transformers import AutoModelForCausalLM, AutoTokenizer
+model = AutoModelForCausalLM.from_pretrained(DIR{remote})
+tok = AutoTokenizer.from_pretrained(DIR{remote})
+out = model.generate(**tok(["ROMEO:", "To be, or"], return_tensors="pt", padding=True), max_new_tokens=50)
+print(tok.batch_decode(out, skip_special_tokens=True))
+```
+"""
 
 
 def read(path, device="cpu"):

@@ -6,6 +6,10 @@ torch.compile (one graph for every position) and, on CUDA, replayed as a CUDA gr
 
     from generate import generate
     out = generate(model, idx, max_new_tokens=100, temperature=0)   # or model.generate(idx, 100, 0)
+
+Prompts of different lengths go as one batch padded on the left, with an attention_mask of 0s
+(padding) then 1s, as a tokenizer with padding_side="left" makes them: each row continues as it
+would alone.
 """
 import torch
 
@@ -13,6 +17,18 @@ from common import warn
 
 GRAPH_MIN_TOKENS = 256  # generate()'s default: a CUDA graph from this many new tokens (compiling costs seconds)
 LIMIT_WARNED = []  # decoder()'s fallback to eager has warned in this process
+
+
+def left_pads(attention_mask):
+    """(B,) how many pads each row of a left-padded batch starts with, from its attention_mask (B, T)
+    of 0s then 1s; None where no row is padded (the fused causal path). ValueError otherwise."""
+    real = attention_mask.bool()
+    pad = (~real).sum(-1)  # (B,)
+    if not torch.equal(real, torch.arange(real.size(1), device=real.device) >= pad[:, None]):
+        raise ValueError("attention_mask must pad on the left, each row 0s then 1s (a tokenizer's padding_side='left')")
+    if (pad == real.size(1)).any():
+        raise ValueError("attention_mask: a row is all padding; every row needs a token")
+    return pad if pad.any() else None
 
 
 def kept_caches(model, batch, length):
@@ -37,7 +53,7 @@ def kept_caches(model, batch, length):
 
 @torch.no_grad()
 def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True, generator=None,
-             compile=None, stop=None):
+             compile=None, stop=None, attention_mask=None):
     """Continue the prompts idx (B, T) by max_new_tokens tokens -> (B, T + max_new_tokens).
     temperature 0 is greedy; top_k keeps the k likeliest tokens; sampling draws from generator
     (on any device) for reproducible runs. With the cache: one prefill of the prompt, then one
@@ -49,7 +65,8 @@ def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=
     recomputes the full forward every step: slow, and the reference. stop ends generation early:
     token ids (every row has made one of them), or a function of the new tokens so far (a list
     of B lists) that says when; the output is then shorter. Checking waits for the device each
-    token, so it is off unless asked for."""
+    token, so it is off unless asked for. attention_mask (B, T): a batch padded on the left (0s
+    then 1s), each row continued as it would be alone (left_pads)."""
     B, T = idx.size()
     if T < 1:
         raise ValueError("generate needs a prompt of at least one token (e.g. the tokenizer's eot)")
@@ -60,6 +77,9 @@ def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=
         raise ValueError(f"temperature={temperature} must be >= 0 (0 = greedy)")
     device = model.lm_head.weight.device
     idx = idx.to(device)
+    if attention_mask is not None and attention_mask.shape != idx.shape:
+        raise ValueError(f"attention_mask {tuple(attention_mask.shape)} must be the prompts' shape {tuple(idx.shape)}")
+    pad = left_pads(attention_mask.to(device)) if attention_mask is not None else None
     stop = [stop] if isinstance(stop, int) else stop or None  # one token id; nothing to stop at
     done = stop if callable(stop) else lambda new: all(set(row) & set(stop) for row in new)
     # the last sampled token is never fed back, so the cache needs one slot less than the output
@@ -72,13 +92,13 @@ def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=
     pos = torch.full((1,), T - 1, device=device)  # advanced on the device: no host copy, no wait, per token
     for i in range(max_new_tokens):
         if caches is None:
-            logits = model(idx, last=True)[0][:, -1]  # (B, V), float32
+            logits = model(idx, last=True, pad=pad)[0][:, -1]  # (B, V), float32
         elif i == 0:
-            logits = model(idx, caches=caches, last=True)[0][:, -1]  # the prefill, eager (its shape varies)
+            logits = model(idx, caches=caches, last=True, pad=pad)[0][:, -1]  # the prefill, eager (its shape varies)
         else:
             if mode == "reduce-overhead":  # the graph may overwrite the last step's logits: they were used
                 torch.compiler.cudagraph_mark_step_begin()
-            logits = step(nxt, caches=caches, pos=pos.add_(1))[0][:, -1]
+            logits = step(nxt, caches=caches, pos=pos.add_(1), pad=pad)[0][:, -1]
         if temperature == 0:
             nxt = logits.argmax(dim=-1, keepdim=True)  # (B, 1)
         else:

@@ -135,8 +135,8 @@ class Block(nn.Module):
         self.attn = getattr(attention, DESIGNS[cfg.attn].cls)(cfg)  # the design's class
         self.mlp = MLP(cfg)
 
-    def forward(self, x, cos, sin, cache=None, pos=None):
-        x = x + self.attn(norm(x), cos, sin, cache, pos)
+    def forward(self, x, cos, sin, cache=None, pos=None, mask=None):
+        x = x + self.attn(norm(x), cos, sin, cache, pos, mask)
         return x + self.mlp(norm(x))
 
 
@@ -176,14 +176,18 @@ class GPT(nn.Module):
         elif hasattr(m, "init_residuals"):  # a design's own weights (LRKV's B_h); children (LRKV's
             m.init_residuals()  # W_s) are initialised first, so the 0.1 ratio is to W_s
 
-    def forward(self, idx, targets=None, caches=None, pos=None, last=False):
+    def forward(self, idx, targets=None, caches=None, pos=None, last=False, pad=None):
         """idx (B, T) -> logits (B, T, V) and the loss if targets (training, with gradients: the loss
-        alone, logits None, see LinearCrossEntropy). With caches (one KVCache per
+        alone, logits None, see LinearCrossEntropy); idx may be the tokens' embeddings (B, T, C)
+        instead (transformers' inputs_embeds). With caches (one KVCache per
         layer) the tokens follow the caches[0].n already cached, and n advances; with pos, a (T,)
         tensor of positions, they are written there and n is left alone: the decode step that
         torch.compile turns into one graph for every position. last: the logits of the last
-        position only, (B, 1, V), all that generating needs (the head is the widest matmul)."""
-        B, T = idx.size()
+        position only, (B, 1, V), all that generating needs (the head is the widest matmul).
+        pad (B,): a left-padded batch, row b's first pad[b] tokens padding (generate.left_pads):
+        its token i sits at position i - pad[b], as it would alone, and no token attends to a pad.
+        The one place a mask enters attention: without pad, training and prefill stay fused causal."""
+        B, T = idx.shape[:2]
         if caches and pos is None:
             t0, c = caches[0].n, caches[0]
             if t0 + T > c.max_len:
@@ -196,9 +200,16 @@ class GPT(nn.Module):
                 c.n = t0 + T
         elif T > self.cfg.block_size:
             raise ValueError(f"{T} tokens exceed the context block_size={self.cfg.block_size}")
-        x = norm(self.wte(idx))  # (B, T, C)
+        cos, sin, mask = self.cos, self.sin, None
+        if pad is not None:  # each row its own RoPE tables, shifted by its padding, and a mask of what it sees
+            p = torch.arange(self.cfg.block_size, device=pad.device)
+            at = (p - pad[:, None]).clamp(min=0)  # (B, block_size): the position of each index in its row
+            cos, sin = cos[at], sin[at]  # (B, block_size, d/2)
+            q, k = (p[:T], p[:T]) if pos is None else (pos, p)  # a decode step's mask covers every position
+            mask = attention.padded(q, k, pad, self.cfg.window)  # (B, 1, T, len(k))
+        x = norm(idx if idx.is_floating_point() else self.wte(idx))  # (B, T, C)
         for i, block in enumerate(self.h):
-            x = block(x, self.cos, self.sin, caches[i] if caches else None, pos)
+            x = block(x, cos, sin, caches[i] if caches else None, pos, mask)
         x = norm(x)
         if targets is not None and torch.is_grad_enabled():  # training: the loss alone, its logits never whole
             return None, LinearCrossEntropy.apply(x.flatten(0, 1), self.lm_head.weight, targets.reshape(-1))

@@ -4,27 +4,78 @@ there, beside copies of model.py, attention.py and what they import, so there is
 
     AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True)
 
-Generation goes through transformers' GenerationMixin without a cache: each new token runs the
-whole prefix again (correct for every design; MLA's and LRKV's small caches are nanoKV's own
-generate()). Batches may be padded on the right only: the model attends causally to every token.
+Generation decodes through the design's own cache: a transformers Cache (the DynamicCache that
+generate makes, or that a forward with use_cache makes) whose layers are NanoKVLayers, holding
+what nanoKV's KVCache holds for the design (MLA's c_kv and k_pe; LRKV's shared head, per-head
+latents and key norms; MHA's, GQA's and MQA's K and V). So beam search, past_key_values and the
+harness work as with any causal LM. Batches pad on the left, with an attention mask.
 """
 import torch
 import torch.nn.functional as F
-from transformers import GenerationMixin, PreTrainedModel
+from transformers import DynamicCache, GenerationMixin, PreTrainedModel
+from transformers.cache_utils import CacheLayerMixin
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
-from .attention import KVCache  # noqa: F401  every file the model imports, named so transformers copies it
-from .common import DESIGNS  # noqa: F401
+from .attention import KVCache, norm
+from .common import DESIGNS  # noqa: F401  every file the model imports, named so transformers copies it
 from .configuration_nanokv import NanoKVConfig
-from .generate import generate  # noqa: F401
+from .generate import left_pads
 from .loss import LinearCrossEntropy  # noqa: F401
 from .model import GPT, GPTConfig, rope_tables
+
+
+class NanoKVLayer(KVCache, CacheLayerMixin):
+    """One layer's cache as transformers holds it: a KVCache's head-major buffers (B, heads, tokens,
+    d) of what the design keeps per token, written by the attention classes as a KVCache is, but
+    grown by each forward's tokens, as transformers' DynamicLayer grows K and V (a KVCache
+    allocates the whole context at once); with a window, only the last `window` tokens are kept."""
+
+    def __init__(self, max_len, window):
+        KVCache.__init__(self, max_len, window)
+        CacheLayerMixin.__init__(self)
+        self.slots = max_len  # no ring: a chunk of any length fits, up to the context
+        self.length = 0  # the tokens in the buffers write() last returned
+
+    def write(self, pos, mask=None, **new):
+        # new (B, heads, T, d) each -> the buffers with them appended, and the mask of what the new tokens see
+        whole = {name: torch.cat([self.buf[name], x], dim=2) if name in self.buf else x for name, x in new.items()}
+        # a window keeps its last `window` tokens, copied out so that the rest is freed
+        self.buf = {name: b[:, :, -self.window:].clone() for name, b in whole.items()} if self.window else whole
+        self.length, self.is_initialized = next(iter(whole.values())).size(2), True
+        return whole, mask if pos is None else self.visible(pos, mask)
+
+    def held(self, last):
+        # (length,): the positions the buffers write() returned hold, the newest `last`
+        return last - self.length + 1 + torch.arange(self.length, device=last.device)
+
+    def get_seq_length(self):
+        return self.n
+
+    def get_max_length(self):
+        return self.max_len
+
+    def get_mask_sizes(self, query_length):
+        return self.n + query_length, 0
+
+    def reorder_cache(self, beam_idx):
+        # beam search: each row continues the beam beam_idx names
+        self.buf = {name: b.index_select(0, beam_idx.to(b.device)) for name, b in self.buf.items()}
+
+    def reset(self):
+        self.buf, self.n, self.length, self.is_initialized = {}, 0, 0, False
+
+    def update(self, *args, **kwargs):
+        raise NotImplementedError("a nanoKV cache holds what its design keeps, which its attention writes "
+                                  "(KVCache.write), not transformers' keys and values")
+
+    lazy_initialization = update
 
 
 class NanoKVForCausalLM(PreTrainedModel, GenerationMixin):
     config_class = NanoKVConfig
     base_model_prefix = "model"
     main_input_name = "input_ids"
+    _supports_sdpa = True  # every design attends through torch's scaled_dot_product_attention or matmuls
 
     def __init__(self, config):
         super().__init__(config)
@@ -54,14 +105,63 @@ class NanoKVForCausalLM(PreTrainedModel, GenerationMixin):
     def get_output_embeddings(self):
         return self.model.lm_head
 
-    def forward(self, input_ids=None, attention_mask=None, labels=None, **kwargs):
-        if attention_mask is not None and (attention_mask[:, 1:] > attention_mask[:, :-1]).any():
-            raise ValueError("nanoKV attends causally to every token: pad batches on the right only")
-        logits, _ = self.model(input_ids)  # (B, T, V)
+    def layers(self, cache):
+        """cache's layers, a NanoKVLayer each. An empty cache of another kind (generate's
+        DynamicCache of K/V layers, or the caller's) is given them."""
+        cfg = self.model.cfg
+        if len(cache.layers) != cfg.n_layer or not all(isinstance(layer, NanoKVLayer) for layer in cache.layers):
+            if cache.get_seq_length():
+                raise ValueError("past_key_values holds another model's keys and values: pass the one this model "
+                                 "returned, or none")
+            cache.layers = [NanoKVLayer(cfg.block_size, cfg.window) for _ in range(cfg.n_layer)]
+            cache.layer_class_to_replicate = None
+        return cache.layers
+
+    def prepare_inputs_for_generation(self, input_ids, next_sequence_length=None, past_key_values=None,
+                                      attention_mask=None, inputs_embeds=None, is_first_iteration=False, **kwargs):
+        """forward's arguments for a step of generate: the tokens the cache has not seen (a prompt's
+        embeddings in the first), the rest as given. transformers' own version reads forward's
+        signature at every step for remote code, a tenth of a cpu-preset decode step."""
+        new = slice(-next_sequence_length, None) if next_sequence_length else slice(None)
+        if inputs_embeds is not None and is_first_iteration:
+            input_ids, inputs_embeds = None, inputs_embeds[:, new]
+        else:
+            input_ids, inputs_embeds = input_ids[:, new], None
+        kwargs.pop("labels", None)
+        return dict(input_ids=input_ids, inputs_embeds=inputs_embeds, past_key_values=past_key_values,
+                    attention_mask=attention_mask, **kwargs)
+
+    def forward(self, input_ids=None, attention_mask=None, past_key_values=None, inputs_embeds=None, labels=None,
+                use_cache=None, output_hidden_states=None, return_dict=None, logits_to_keep=0, **kwargs):
+        x = input_ids if inputs_embeds is None else inputs_embeds  # GPT takes token ids or their embeddings
+        cache = past_key_values
+        if cache is None and (self.config.use_cache if use_cache is None else use_cache):
+            cache = DynamicCache()
+        caches = self.layers(cache) if cache is not None else None
+        pad = None
+        if attention_mask is not None:  # over the cached tokens and these: left padding, or none
+            seen = cache.get_seq_length() if cache is not None else 0
+            if attention_mask.shape != (x.size(0), seen + x.size(1)):
+                raise ValueError(f"attention_mask {tuple(attention_mask.shape)} must cover the {seen} cached tokens "
+                                 f"and the {x.size(1)} new ones of each of the {x.size(0)} rows")
+            pad = left_pads(attention_mask)
+        states, hooks = [], []
+        if self.config.output_hidden_states if output_hidden_states is None else output_hidden_states:
+            # the input of the first block and each block's output, as transformers' models give them
+            hooks = [self.model.h[0].register_forward_pre_hook(lambda m, args: states.append(args[0]))]
+            hooks += [b.register_forward_hook(lambda m, args, y: states.append(y)) for b in self.model.h]
+        try:
+            logits, _ = self.model(x, caches=caches, pad=pad, last=logits_to_keep == 1 and labels is None)
+        finally:
+            for h in hooks:
+                h.remove()
+        if states:  # the last after the final norm: what the head reads
+            states[-1] = norm(states[-1])
         loss = None
         if labels is not None:  # transformers' convention: labels are the inputs, shifted here
             loss = F.cross_entropy(logits[:, :-1].flatten(0, 1), labels[:, 1:].flatten())
-        return CausalLMOutputWithPast(loss=loss, logits=logits)
-
-    def prepare_inputs_for_generation(self, input_ids, attention_mask=None, **kwargs):
-        return {"input_ids": input_ids, "attention_mask": attention_mask}
+        if logits_to_keep > 1:
+            logits = logits[:, -logits_to_keep:]
+        out = CausalLMOutputWithPast(loss=loss, logits=logits, past_key_values=cache,
+                                     hidden_states=tuple(states) if states else None)
+        return out if (self.config.return_dict if return_dict is None else return_dict) else out.to_tuple()

@@ -20,9 +20,9 @@ SHARED = {"attn", "n_layer", "n_head", "n_embd", "block_size", "vocab_size", "at
 
 
 def attention_classes():
-    # the designs' classes: the nn.Modules in attention.py that attend (forward(x, cos, sin, cache, pos))
+    # the designs' classes: the nn.Modules in attention.py that attend (forward(x, cos, sin, cache, pos, mask))
     return {name for name, c in vars(attention).items() if inspect.isclass(c) and issubclass(c, torch.nn.Module)
-            and list(inspect.signature(c.forward).parameters)[1:] == ["x", "cos", "sin", "cache", "pos"]}
+            and list(inspect.signature(c.forward).parameters)[1:] == ["x", "cos", "sin", "cache", "pos", "mask"]}
 
 
 def test_every_class_has_a_row_and_every_row_a_class():
@@ -158,7 +158,7 @@ class Toy(torch.nn.Module):
     def init_residuals(self):
         torch.nn.init.ones_(self.E)
 
-    def forward(self, x, cos, sin, cache=None, pos=None):
+    def forward(self, x, cos, sin, cache=None, pos=None, mask=None):
         B, T, C = x.shape
         q, k, v = (f(x).view(B, T, self.H, -1).transpose(1, 2) for f in (self.c_q, self.c_k, self.c_v))
         y = torch.nn.functional.scaled_dot_product_attention(q, k, v * self.E.view(self.H, 1, -1), is_causal=True)

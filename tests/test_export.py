@@ -12,6 +12,7 @@ import torch
 
 import export
 from model import GPT
+from test_generate import one_thread  # noqa: F401  tiny models decode faster on one thread
 from test_model import VARIANTS, randomized, tiny
 from test_train import ROOT
 
@@ -62,11 +63,11 @@ def test_mha_gqa_mqa_at_the_papers_scale_load_as_transformers_own_nanochat(tmp_p
 def test_the_tokenizer_goes_along(tmp_path, name):
     from tokenizer import get_tokenizer
     tok = get_tokenizer(name)
-    export.tokenizer_files(name, tok.eot, str(tmp_path))
+    export.tokenizer_files(name, tok.eot, 1024, str(tmp_path))
     hf = transformers.AutoTokenizer.from_pretrained(str(tmp_path))
     text = "ROMEO: But soft, what light through yonder window breaks? é ☃ 1234\n\tend"
     assert hf(text)["input_ids"] == tok.encode(text) and hf.decode(tok.encode(text)) == text
-    assert hf.eos_token_id == tok.eot
+    assert hf.eos_token_id == hf.pad_token_id == tok.eot and hf.padding_side == "left" and hf.model_max_length == 1024
 
 
 def test_a_folder_that_does_not_fit_is_one_line(tmp_path):
@@ -84,3 +85,149 @@ def test_a_folder_that_does_not_fit_is_one_line(tmp_path):
         p = subprocess.run([sys.executable, "eval.py", folder], cwd=ROOT, capture_output=True, text=True)
         assert p.returncode == 2 and p.stderr.startswith("error: ") and said in p.stderr
         assert len(p.stderr.strip().splitlines()) == 1
+
+
+# decoding through the design's own cache in transformers ---------------------------------------
+
+# every design and factored LRKV at the cpu preset's attn_scale 2, so all export as remote code
+DECODE = {"mha": {}, "gqa": {}, "mqa": {}, "mla": {}, "lrkv": {}, "lrkv_factored": dict(lrkv_factored=True)}
+PROMPTS = ["ROMEO:", "To be, or not to be", "O"]  # three lengths, for a left-padded batch
+WINDOW = {"lrkv_window": dict(window=16)}  # and one design with a sliding window, past its width
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """name -> (nanoKV's GPT, its export folder, transformers' model of it), each made once a worker,
+    when a test first asks for it."""
+    made = {}
+
+    def get(name, **kw):
+        if name not in made:
+            attn = name.split("_")[0]
+            model = randomized(tiny(attn, vocab_size=320, block_size=128, attn_scale=2.0, **DECODE.get(name, {}), **kw))
+            path = str(tmp_path_factory.mktemp(name))
+            assert export.write(model, {"step": 7, "train_config": {"tokenizer": "byte", "dataset": "shakespeare"}},
+                                "byte", path) == "nanokv"
+            hf = transformers.AutoModelForCausalLM.from_pretrained(path, trust_remote_code=True)
+            made[name] = model, path, hf.eval()
+        return made[name]
+    return get
+
+
+def greedy(hf, idx, n, **kw):
+    # every one of n tokens, as nanoKV's generate without stop=: no end at eot
+    return hf.generate(idx, max_new_tokens=n, do_sample=False, eos_token_id=None, pad_token_id=256, **kw)
+
+
+@pytest.mark.parametrize("name", list(DECODE) + ["lrkv_window"])
+def test_transformers_generate_decodes_through_the_designs_own_cache(built, name):
+    import flops
+    model, path, hf = built(name, **WINDOW.get(name, {}))
+    idx = torch.randint(0, 256, (1, 9), generator=torch.Generator().manual_seed(0))
+    cached = greedy(hf, idx, 64)  # transformers' default: a cache
+    assert torch.equal(cached, greedy(hf, idx, 64, use_cache=False)) and torch.equal(cached, model.generate(idx, 64, 0))
+    # beam search reorders the cache's rows as the beams go
+    assert torch.equal(greedy(hf, idx, 16, num_beams=3), greedy(hf, idx, 16, num_beams=3, use_cache=False))
+    # the cache is a transformers Cache whose layers hold what nanoKV's KVCache holds after the same prompt
+    idx = torch.randint(0, 256, (2, 40), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        out = hf(idx[:, :39])
+        caches = model.new_caches(39)
+        model(idx[:, :39], caches=caches)
+    cache = out.past_key_values
+    assert isinstance(cache, transformers.Cache) and cache.get_seq_length() == 39
+    window = model.cfg.window or 39
+    for ours, theirs in zip(caches, cache.layers):
+        assert ours.buf.keys() == theirs.buf.keys()  # MLA: c_kv and k_pe; LRKV: the shared head, latents, norms
+        slots = torch.arange(39 - window, 39) % ours.slots  # a window's ring holds the last `window` tokens
+        assert all(torch.equal(ours.buf[k][:, :, slots], theirs.buf[k]) for k in ours.buf)
+    assert sum(layer.nbytes() for layer in cache.layers) == flops.cache_bytes(model.cfg, 39, batch=2, bytes_per_elem=4)
+    # and passed back, it continues the prompt: the last token's logits as the whole prompt's
+    with torch.no_grad():
+        last = hf(idx[:, 39:], past_key_values=cache).logits[:, -1]
+        torch.testing.assert_close(last, model(idx)[0][:, -1], rtol=1e-4, atol=1e-4)
+    assert sum(layer.nbytes() for layer in cache.layers) == flops.cache_bytes(model.cfg, 40, batch=2, bytes_per_elem=4)
+
+
+@pytest.mark.parametrize("name", list(DECODE) + ["lrkv_window"])
+def test_a_left_padded_batch_gives_each_prompt_its_own_tokens(built, name):
+    _, path, hf = built(name, **WINDOW.get(name, {}))
+    tok = transformers.AutoTokenizer.from_pretrained(path, trust_remote_code=True)
+    batch = tok(PROMPTS, return_tensors="pt", padding=True)
+    assert (batch.attention_mask[:, 0] == 0).any()  # padded on the left
+    out = greedy(hf, batch.input_ids, 24, attention_mask=batch.attention_mask)
+    for row, text in zip(out, PROMPTS):
+        alone = greedy(hf, tok(text, return_tensors="pt").input_ids, 24)[0]
+        assert torch.equal(row[-len(alone):], alone)
+
+
+@pytest.mark.parametrize("name", DECODE)
+def test_a_harness_generation_task_gives_eval_pys_strings(built, name):
+    # shakespeare_gen through lm-evaluation-harness's own `hf` model, batches of 3 padded on the
+    # left, against the adapter of `eval.py --tasks` on nanoKV's GPT
+    pytest.importorskip("lm_eval", reason="pip install -r requirements-dev.txt")
+    from lm_eval.evaluator import evaluate
+    from lm_eval.models.huggingface import HFLM
+    from lm_eval.tasks import TaskManager
+    from common import autocast
+    from harness import NanoKV
+    from tokenizer import get_tokenizer
+    model, path, hf = built(name)
+    task = TaskManager(include_path=os.path.join(ROOT, "tasks"), include_defaults=False).load(["shakespeare_gen"])
+
+    def strings(lm):  # what simple_evaluate runs, less its survey of the machine
+        return [s["resps"][0][0] for s in evaluate(lm, task, limit=6, log_samples=True)["samples"]["shakespeare_gen"]]
+    ours = strings(NanoKV(model, get_tokenizer("byte"), autocast("cpu", "fp32")))
+    tok = transformers.AutoTokenizer.from_pretrained(path, trust_remote_code=True)
+    assert strings(HFLM(pretrained=hf, tokenizer=tok, batch_size=3)) == ours and any(ours)
+
+
+@pytest.mark.parametrize("name", DECODE)
+def test_pipeline_with_its_defaults_batches_and_save_load_save_keeps_every_byte(built, name, tmp_path):
+    _, path, hf = built(name)
+    generator = transformers.pipeline("text-generation", model=path, trust_remote_code=True)
+    out = generator(PROMPTS, batch_size=3)  # sampling, up to the context: the export's generation config
+    assert [o[0]["generated_text"][:len(p)] for o, p in zip(out, PROMPTS)] == PROMPTS
+    assert generator.tokenizer.model_max_length == 128 and generator.tokenizer.pad_token_id == 256
+    generator.model.save_pretrained(tmp_path)
+    generator.tokenizer.save_pretrained(tmp_path)
+    saved = sorted(os.listdir(tmp_path))
+    assert set(saved) == set(os.listdir(path)) - {"README.md"}  # the model card is the export's own
+    for f in saved:
+        if f != "tokenizer_config.json":
+            assert filecmp.cmp(os.path.join(path, f), tmp_path / f, shallow=False), f
+    # transformers writes where it loaded the tokenizer from into the copy, and nothing else
+    again = json.load(open(tmp_path / "tokenizer_config.json"))
+    assert {k: v for k, v in again.items() if k not in ("is_local", "local_files_only")} == \
+        json.load(open(os.path.join(path, "tokenizer_config.json")))
+
+
+def test_the_folder_is_a_causal_lm_as_transformers_knows_them(built):
+    model, path, hf = built("lrkv")
+    cfg = json.load(open(os.path.join(path, "config.json")))
+    c = model.cfg
+    assert {k: cfg[k] for k in ("num_hidden_layers", "vocab_size", "hidden_size", "num_attention_heads",
+                                "max_position_embeddings", "intermediate_size", "head_dim", "pad_token_id")} == \
+        dict(num_hidden_layers=c.n_layer, vocab_size=c.vocab_size, hidden_size=c.n_embd, num_attention_heads=c.n_head,
+             max_position_embeddings=c.block_size, intermediate_size=c.mlp_hidden, head_dim=c.head_dim,
+             pad_token_id=256)
+    assert cfg["use_cache"] and hf.config._attn_implementation == "sdpa"
+    sdpa = transformers.AutoModelForCausalLM.from_pretrained(path, trust_remote_code=True, attn_implementation="sdpa")
+    assert sdpa.config._attn_implementation == "sdpa"
+    idx = torch.randint(0, 256, (2, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        out = hf(idx, output_hidden_states=True)
+        assert torch.equal(hf(inputs_embeds=hf.get_input_embeddings()(idx)).logits, out.logits)
+        states = out.hidden_states  # the first block's input, each block's output, the last normed
+        assert len(states) == c.n_layer + 1 and torch.equal(hf.get_output_embeddings()(states[-1]).float(), out.logits)
+        logits, cache = hf(idx, return_dict=False)
+        assert torch.equal(logits, out.logits) and isinstance(cache, transformers.Cache)
+    # a prompt given as embeddings generates what its tokens do (transformers returns only the new tokens)
+    assert torch.equal(greedy(hf, None, 8, inputs_embeds=hf.get_input_embeddings()(idx)), greedy(hf, idx, 8)[:, 12:])
+    with pytest.raises(ValueError, match="pad on the left"):
+        hf(idx, attention_mask=torch.ones_like(idx).flip(1).tril(3)[:2])
+    card = open(os.path.join(path, "README.md")).read()
+    import flops
+    for said in ("LRKV (r=6)", f"{flops.kv_cache_bytes_per_token(c):,} bytes per token", "step 7",
+                 "dataset shakespeare", "trust_remote_code=True", "padding=True"):
+        assert said in card, said

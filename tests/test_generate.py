@@ -68,6 +68,45 @@ def test_greedy_with_cache_equals_without(attn):
     torch.testing.assert_close(model(full[:, :-1], last=True)[0], logits[:, -1:], rtol=1e-5, atol=1e-5)
 
 
+def left_padded(rows):
+    # prompts of different lengths as one batch padded on the left, and its attention mask
+    L = max(map(len, rows))
+    idx, mask = torch.zeros(len(rows), L, dtype=torch.long), torch.zeros(len(rows), L, dtype=torch.long)
+    for r, p in enumerate(rows):
+        idx[r, L - len(p):], mask[r, L - len(p):] = p, 1
+    return idx, mask
+
+
+@pytest.mark.parametrize("attn, kw", [(a, {}) for a in DESIGNS] + [("lrkv", dict(lrkv_factored=True)),
+                                                                   ("lrkv", dict(window=4)), ("mla", dict(window=4))])
+def test_a_left_padded_batch_gives_each_row_the_tokens_it_gives_alone(attn, kw):  # a window: across its ring's wrap
+    model = randomized(tiny(attn, **kw))
+    rows = [(prompt(model.cfg, 1, T)[0] + i) % model.cfg.vocab_size for i, T in enumerate((3, 9, 6))]
+    idx, mask = left_padded(rows)
+    for use_cache in (True, False):
+        out = model.generate(idx, 16, temperature=0, attention_mask=mask, use_cache=use_cache)
+        for r, p in enumerate(rows):
+            assert torch.equal(out[r, idx.size(1) - len(p):], model.generate(p[None], 16, temperature=0)[0])
+
+
+def test_padding_is_the_one_mask_a_prefill_gets(monkeypatch):
+    import attention
+    model = randomized(tiny("gqa"))
+    calls, sdpa = [], attention.F.scaled_dot_product_attention
+    monkeypatch.setattr(attention.F, "scaled_dot_product_attention", lambda *a, **k: calls.append(k) or sdpa(*a, **k))
+    idx, mask = left_padded([prompt(model.cfg, 1, 5)[0], prompt(model.cfg, 1, 5)[0]])
+    model.generate(idx, 3, temperature=0, attention_mask=mask)  # no row padded: fused causal attention
+    assert calls and all(k.get("is_causal") and k.get("attn_mask") is None for k in calls)
+    calls.clear()
+    idx, mask = left_padded([prompt(model.cfg, 1, 5)[0], prompt(model.cfg, 1, 3)[0]])
+    model.generate(idx, 3, temperature=0, attention_mask=mask)  # padded: the prefill attends under a mask
+    assert not calls
+    for bad, said in ((mask.flip(1), "pad on the left"), (mask[:, 1:], "must be the prompts' shape"),
+                      (torch.zeros_like(mask), "all padding")):
+        with pytest.raises(ValueError, match=said):
+            model.generate(idx, 3, temperature=0, attention_mask=bad)
+
+
 @pytest.mark.parametrize("attn", ["mha", "lrkv"])
 def test_sampling_is_reproducible_with_a_seeded_generator(attn):
     cfg = tiny(attn)

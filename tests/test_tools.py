@@ -10,6 +10,7 @@ import torch
 
 from checkpoint import load_model
 from common import autocast
+from test_generate import one_thread  # noqa: F401  tiny models score and decode faster on one thread
 from test_model import randomized, tiny
 from test_train import ROOT, read_log, train
 from tokenizer import get_tokenizer
@@ -23,7 +24,9 @@ def run(tmp_path_factory, data_dir):
     import test_train
     test_train.DATA = data_dir
     tmp = tmp_path_factory.mktemp("run")
-    train(tmp, "--attn=lrkv", "--max_iters=6", "--eval_interval=6", "--run_name=r")
+    # a context that holds shakespeare_gen's passage and its 64 new tokens
+    train(tmp, "--attn=lrkv", "--block_size=192", "--total_batch_tokens=768", "--max_iters=6", "--eval_interval=6",
+          "--run_name=r")
     ckpt = str(tmp / "r" / "ckpt.pt")
     p = subprocess.run([sys.executable, "eval.py", ckpt, f"--export={tmp / 'export'}"], cwd=ROOT,
                        capture_output=True, text=True)
@@ -155,25 +158,41 @@ def test_tasks_run_through_the_harness(run, tmp_path):
 
 
 
-def harness_table(cmd, env):
-    p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+def harness_table(cmd, env, cwd):
+    p = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
-    rows = [[c.strip() for c in line.split("|")] for line in p.stdout.splitlines() if "|acc" in line.replace(" ", "")]
-    return {r[5]: float(r[7]) for r in rows}  # metric -> value
+    rows = [[c.strip() for c in line.split("|")] for line in p.stdout.splitlines() if "|none" in line.replace(" ", "")]
+    task, table = None, {}
+    for r in rows:  # a task's second metric leaves its name out
+        task = r[1] or task
+        table[task, r[5]] = float(r[7])
+    return table
 
 
 def test_the_standard_harness_model_scores_an_export_as_eval_py_does(run, tmp_path):
     # lm-evaluation-harness's own `--model hf` on the exported folder, against eval.py --tasks (our
-    # adapter) on the checkpoint: the same accuracies on the same items
+    # adapter) on the checkpoint: the same accuracies on the same items, and the same generated
+    # strings. Run from elsewhere than the repository: the tasks find their data from any folder
     pytest.importorskip("transformers")
+    from harness import NanoKV
     ckpt, export = run
     env = {**os.environ, "HF_HOME": str(tmp_path / "hf"), "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
+    tasks, limit = "shakespeare_mc,shakespeare_gen", 8
     hf = harness_table([sys.executable, "-m", "lm_eval", "--model", "hf", "--model_args",
-                        f"pretrained={export},trust_remote_code=True", "--tasks", "shakespeare_mc", "--include_path",
-                        "tasks", "--limit", "40", "--device", "cpu", "--batch_size", "1"], env)
-    ours = harness_table([sys.executable, "eval.py", ckpt, "--tasks=shakespeare_mc", "--include_path=tasks",
-                          "--limit=40"], env)
-    assert hf == ours and set(hf) == {"acc", "acc_norm"}
+                        f"pretrained={export},trust_remote_code=True", "--tasks", tasks, "--include_path",
+                        os.path.join(ROOT, "tasks"), "--limit", str(limit), "--device", "cpu", "--batch_size", "4",
+                        "--log_samples", "--output_path", str(tmp_path / "out")], env, tmp_path)
+    ours = harness_table([sys.executable, os.path.join(ROOT, "eval.py"), ckpt, f"--tasks={tasks}",
+                          f"--include_path={os.path.join(ROOT, 'tasks')}", f"--limit={limit}"], env, tmp_path)
+    assert hf == ours and set(hf) == {("shakespeare_mc", "acc"), ("shakespeare_mc", "acc_norm"),
+                                      ("shakespeare_gen", "exact_match")}
+    # the strings the `hf` model generated (batches of 4, padded on the left), as our adapter makes them
+    logged = (tmp_path / "out").rglob("samples_shakespeare_gen_*.jsonl")
+    samples = [json.loads(line) for f in logged for line in open(f)]
+    model, _ = load_model(ckpt)
+    gen = {"until": ["\n"], "max_gen_toks": 64, "do_sample": False}  # tasks/shakespeare_gen.yaml's
+    want = adapter(model).generate_until(requests(*[(s["arguments"]["gen_args_0"]["arg_0"], gen) for s in samples]))
+    assert len(samples) == limit and [s["resps"][0][0] for s in samples] == want
 
 
 def test_an_unknown_task_is_one_line(run, monkeypatch, capsys):
