@@ -29,8 +29,7 @@ import configurator
 import flops
 import muon
 import track
-from common import (autocast, device_memory, device_name, fail, native_bf16, resolve_device,
-                    resolve_dtype)
+from common import (autocast, device_memory, device_name, fail, native_bf16, resolve_device, resolve_dtype)
 from eval import Text
 from model import GPT, PRESETS, GPTConfig, preset as model_preset
 from prepare import prepare
@@ -128,8 +127,7 @@ cuda = device.startswith("cuda")
 if ddp:
     if cuda:
         torch.cuda.set_device(device)
-    # rank 0 writes checkpoints while the others wait at a barrier:
-    # allow an hour, not NCCL's 10 minutes
+    # rank 0 writes checkpoints while the others wait at a barrier: allow an hour, not NCCL's 10 minutes
     dist.init_process_group("nccl" if cuda else "gloo", timeout=datetime.timedelta(hours=1))
 if fsdp and not ddp:
     fail("--fsdp shards the model across ranks: launch with torchrun --nproc_per_node=N (N >= 2), "
@@ -178,8 +176,7 @@ if total_batch_tokens % (batch_size * T * world):
          f"ranks = {batch_size}·{T}·{world}; change --batch_size or --total_batch_tokens")
 grad_accum = total_batch_tokens // (batch_size * T * world)
 limit = memory_limit_gb * 2**30 or device_memory(device)
-refusal = flops.memory_refusal(model_config, batch_size, world, fsdp, activation_checkpointing,
-                               limit)
+refusal = flops.memory_refusal(model_config, batch_size, world, fsdp, activation_checkpointing, limit)
 if refusal:  # now, rather than out of memory after minutes of building and compiling
     fail(refusal)
 if optimizer not in ("muon", "adamw"):
@@ -320,10 +317,8 @@ if master:
         config={**run_config, "run": run_name}, **flops.accounting(model_config),
         tokens_per_step=total_batch_tokens, world_size=world, git=git,
         device=f"{world}x {hardware}", threads=torch.get_num_threads(), torch=torch.__version__, dtype=dtype,
-        held_out=task.held_out,
-        time=time.strftime("%Y-%m-%d %H:%M:%S")))
-tracked = (track.start(tracker, tracker_project, run_name, run_dir, run_config, resume)
-           if master else None)
+        held_out=task.held_out, time=time.strftime("%Y-%m-%d %H:%M:%S")))
+tracked = (track.start(tracker, tracker_project, run_name, run_dir, run_config, resume) if master else None)
 log(f"{run_name}: {model_config.attn}, {flops.params(model_config) / 1e6:.2f}M params, "
     f"{flops_per_token / 1e6:.2f} MFLOP/token, {total_batch_tokens} tokens/step "
     f"({world} rank(s) x {grad_accum} micro-steps x {batch_size}x{T}), {max_iters} steps on "
@@ -361,8 +356,7 @@ while True:  # `step` optimiser steps are done
             sys.exit(1)
     if logging:  # train_loss and lr are this step's
         tps = total_batch_tokens / dt
-        record.update(train_loss=train_loss, lr=optims[0].param_groups[0]["lr"], dt=dt,
-                      tokens_per_s=tps,
+        record.update(train_loss=train_loss, lr=optims[0].param_groups[0]["lr"], dt=dt, tokens_per_s=tps,
                       mfu=flops_per_token * tps / (peak * world) if peak else None)
     # not redone after a resume
     evaluating = (step % eval_interval == 0 or last) and step > last_logged
@@ -385,8 +379,7 @@ while True:  # `step` optimiser steps are done
         # one tracker line a step: the score's numbers beside the step's, named apart
         track.log(tracked, {**record, **{f"score_{k}": v for k, v in (score or {}).items() if "_" in k}})
     if saving:
-        rng = dict(torch=torch.get_rng_state(),
-                   cuda=torch.cuda.get_rng_state(device) if cuda else None)
+        rng = dict(torch=torch.get_rng_state(), cuda=torch.cuda.get_rng_state(device) if cuda else None)
         meta = dict(scaler=scaler.state_dict(), model_config=asdict(model_config),
                     train_config=train_config, rng=rng)
         ckpt.save(run_dir, step, model, optims, meta, fsdp, master)
