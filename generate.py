@@ -99,21 +99,26 @@ def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=
             if mode == "reduce-overhead":  # the graph may overwrite the last step's logits: they were used
                 torch.compiler.cudagraph_mark_step_begin()
             logits = step(nxt, caches=caches, pos=pos.add_(1), pad=pad)[0][:, -1]
-        if temperature == 0:
-            nxt = logits.argmax(dim=-1, keepdim=True)  # (B, 1)
-        else:
-            logits = logits / temperature
-            if top_k:
-                kth = logits.topk(min(top_k, logits.size(-1)), dim=-1).values[:, -1:]  # (B, 1)
-                logits = logits.masked_fill(logits < kth, float("-inf"))
-            probs = logits.softmax(dim=-1)
-            if generator is not None:  # draw where the generator lives, so a seed means one thing
-                probs = probs.to(generator.device)
-            nxt = torch.multinomial(probs, 1, generator=generator).to(device)  # (B, 1)
+        nxt = sample(logits, temperature, top_k, generator)  # (B, 1)
         idx = torch.cat([idx, nxt], dim=1)
         if stop is not None and done(idx[:, T:].tolist()):
             break
     return idx
+
+
+def sample(logits, temperature, top_k, generator):
+    # logits (B, V) -> the next tokens (B, 1): greedy at temperature 0, else drawn from the softmax
+    # of the k likeliest (all if top_k is None)
+    if temperature == 0:
+        return logits.argmax(dim=-1, keepdim=True)
+    logits = logits / temperature
+    if top_k:
+        kth = logits.topk(min(top_k, logits.size(-1)), dim=-1).values[:, -1:]  # (B, 1)
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = logits.softmax(dim=-1)
+    if generator is not None:  # draw where the generator lives, so a seed means one thing
+        probs = probs.to(generator.device)
+    return torch.multinomial(probs, 1, generator=generator).to(logits.device)
 
 
 def decoder(model, compile):
