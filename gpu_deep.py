@@ -1,22 +1,11 @@
 """
 The GPU check's deeper checks, `python gpu_check.py --deep`: each a phase of gpu_check.py, in a
-process of its own under the same budget rules, and each guarding a bug that a CPU cannot show.
-`--deep --dry` runs them on the CPU at tiny shapes (gloo for DDP and FSDP2, CPU autocast for
-fp16) to check the script. Also here, as the default check uses them too: tiny train.py runs set
-against each other (the "runs" part) and the CUDA graphs a generate() call records and replays.
-
-    compiled train.py   one process compiled against eager; one rank of DDP under compile
-                        (dynamo's DDPOptimizer) against one compiled process
-    FSDP2 resumed       one rank of FSDP2, compiled, killed at step 5 and resumed through DCP,
-                        against one that was not killed
-    fp16 inf step       compiled fp16: the step with an inf gradient is skipped, its scale halved
-    kept caches         graphs recorded and replayed by generate() calls in one bucket of kept
-                        caches, in a second bucket, then in the first again
-    SDPA backends       which of flash, efficient, cudnn and math take each design's training call
-                        (DeepSeek-MLA's 192/128 too), forward and backward
-    copies              the bytes aten::copy_ writes in a decode step, eager, compiled and as a
-                        CUDA graph, against one layer's cache
-The compiled-against-eager gradients per parameter are in the default check's design rows.
+process of its own under the same budget rules, and each guarding a bug that a CPU cannot show
+(PHASES, at the end, lists them; each function says what it checks). `--deep --dry` runs them on
+the CPU at tiny shapes (gloo for DDP and FSDP2, CPU autocast for fp16) to check the script. Also
+here, as the default check uses them too: tiny train.py runs set against each other (the "runs"
+part) and the CUDA graphs that generate() records and replays (the "tokens" part). The compiled
+against eager gradients per parameter are in the default check's design rows.
 """
 import collections
 import contextlib
@@ -64,12 +53,16 @@ def losses(run):
 
 
 def skipped(a, b):
-    # a: 5 steps, the gradients of step 5 made inf (inf_grad:4); b: 4 steps. Skipped, a's weights are b's
+    # a: 5 steps, the gradients of step 5 made inf (inf_grad:4); b: 4 steps. Skipped, a's weights
+    # are b's: within 1e-4, as CUDA's atomics (embedding backward, inductor's scatters) may reorder
+    # sums from one process to the next, where a step taken moves them by about the learning rate
     ka, kb = (torch.load(f"{run}/ckpt.pt", map_location="cpu", weights_only=False) for run in (a, b))
-    same = all(torch.equal(kb["model"][k], v) for k, v in ka["model"].items())
+    diff = max(((ka["model"][k].float() - v.float()).norm() / v.float().norm().clamp_min(1e-30)).item()
+               for k, v in kb["model"].items())
     scale = ka["scaler"]["scale"], kb["scaler"]["scale"]
-    return (f"{'ok' if same and scale[0] == scale[1] / 2 else 'FAILED'}: weights after the step "
-            f"{'equal' if same else 'NOT equal'} to a run stopped before it, loss scale {scale[1]:g} -> {scale[0]:g}")
+    return (f"{'ok' if diff <= 1e-4 and scale[0] == scale[1] / 2 else 'FAILED'}: weights after the step against a "
+            f"run stopped before it, max relative difference {diff:.1e} (at most 1e-4); loss scale {scale[1]:g} -> "
+            f"{scale[0]:g}")
 
 
 COMPILED = ("--compile=True",)
@@ -260,7 +253,7 @@ def sdpa_backends(device, name, shape, dtype, **_):
                         x = [t.detach().to(getattr(torch, dtype)).requires_grad_() for t in (q, k, v)]
                         sdpa(*x, *mask, **kw).sum().backward()
                         cells.append("yes")
-                    except RuntimeError:  # its warnings say why the kernel refused; none: not built here
+                    except Exception:  # its warnings say why the kernel refused; none: not built here
                         said = [str(w.message).split(" (Triggered")[0] for w in why]
                         said = [w for w in said if not w.endswith("not used because:")] or ["none on this device"]
                         cells.append("no: " + said[0][:90].replace("|", "/"))
@@ -329,8 +322,8 @@ PHASES = [
     ("fsdp", "FSDP2 resumed", 100, train_runs, ("fsdp",), "\ntrain.py compiled, on {device}:"),
     ("fp16", "fp16 inf step", 70, train_runs, ("fp16",), "\ntrain.py compiled, on {device}:"),
     ("graphs", "kept caches", 60, kept_caches, (), "\nCUDA graphs when generate() returns to a bucket of kept caches:"),
-    ("sdpa", "SDPA backends", 40, sdpa_backends, (), "\nSDPA kernels that take each design's training call, "
-     "forced one at a time, forward and backward, {dtype}, {name} at batch 1:\n"),
+    ("sdpa", "SDPA backends", 40, sdpa_backends, (), "\nSDPA kernels that take each design's training call "
+     "(batch 1, one layer), forced one at a time, forward and backward, {dtype}:\n"),
     ("copies", "copies", 90, copies, (), "\nbytes that aten::copy_ (and cudagraph trees' _foreach_copy_) write in "
      "one decode step at {context}, batch 1, {layers} layers: a step that copies one layer's cache has copied "
      "it whole\n"),

@@ -4,6 +4,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 
 import torch
@@ -222,18 +223,20 @@ def test_a_phase_writes_its_pieces_as_they_come(tmp_path, monkeypatch):
 
 
 def test_the_runs_phase_yields_each_line_when_its_runs_are_done(monkeypatch):
-    # the four lines came at the phase's end, so a run that hung (the fp16 one here) lost them all
+    # the lines came at the phase's end, so a run that hung lost them all. Stand-ins for train.py
+    # (tests/fake_train.py): c hangs, so "a against b" comes and "b against c" never does
     import gpu_deep
+    same = gpu_deep.same_losses(0.0)
+    monkeypatch.setitem(gpu_deep.RUNS, "runs", (dict(a=(False, (), None), b=(False, (), None), c=(False, (), None)),
+                                                [("b against c", "b", "c", same), ("a against b", "a", "b", same)]))
     monkeypatch.setattr(gpu_deep, "TRAIN", "tests/fake_train.py")
-    monkeypatch.setenv("NANOKV_HANG_RUN", "fp16")
-    runs = gpu_deep.train_runs("runs", "cpu", "eager")
-    lines = [next(runs) for _ in range(3)]
+    monkeypatch.setenv("NANOKV_HANG_RUN", "c")
+    runs, first = gpu_deep.train_runs("runs", "cpu", "eager"), []
+    waiting = threading.Thread(target=lambda: first.append(next(runs)), daemon=True)  # a hang fails, not hangs
+    waiting.start()
+    waiting.join(120)
+    assert first == ["- a against b: ok, max train-loss difference 0.0e+00 (at most 0)"]
     runs.close()  # the hung run is stopped with the generator
-    assert sorted(line.split(":")[0] for line in lines) == [
-        "- 1-rank DDP (torchrun) against one process", "- 1-rank FSDP2 against 1-rank DDP",
-        "- killed at step 5, resumed from step 3, against uninterrupted"]
-    assert all(line.endswith(": ok, max train-loss difference 0.0e+00 (at most 0.0001)") or "at most 0.001)" in line
-               for line in lines)
 
 
 def test_models_are_built_on_their_device(monkeypatch):
@@ -285,18 +288,16 @@ def test_the_memory_table_when_asked(tmp_path):
 
 
 def test_the_deep_check_runs_on_the_cpu(tmp_path):
-    # --deep --dry: compiled fp16 under CPU autocast with an inf gradient; the kept caches, SDPA's
-    # kernels and a step's copies. Its other two train.py phases (DDP and FSDP2 over gloo) take a
-    # minute more on two cores: docs/training.md gives their run
-    p = gpu_check("--dry", "--deep", "--only=fp16,graphs,sdpa,copies", f"--out={tmp_path}")
+    # --deep --dry: compiled fp16 under CPU autocast with an inf gradient, SDPA's kernels and a
+    # step's copies. Its other two train.py phases (DDP and FSDP2 over gloo) would take a minute
+    # more on two cores, and its kept caches run the tokens part's code: docs/training.md gives
+    # the whole run
+    p = gpu_check("--dry", "--deep", "--only=fp16,sdpa,copies", f"--out={tmp_path}")
     assert p.returncode == 0, p.stderr[-3000:]
     assert (tmp_path / "results.md").read_text() == p.stdout
     lines = p.stdout.splitlines()
-    assert ("- fp16, compiled, the gradients of step 5 made inf: ok: weights after the step equal to a run stopped "
-            "before it, loss scale 65536 -> 32768") in lines
-    assert any(line.startswith("- ok: 32 greedy tokens") and line.endswith(
-        "for 32 then 100 then 40 new tokens: 0/0/0 (new bucket), 0/0/0 (new bucket), 0/0/0 (its bucket again)")
-        for line in lines)  # no CUDA graphs on the CPU: counted, none
+    assert ("- fp16, compiled, the gradients of step 5 made inf: ok: weights after the step against a run stopped "
+            "before it, max relative difference 0.0e+00 (at most 1e-4); loss scale 65536 -> 32768") in lines
     sdpa = [line.split(" | ") for line in lines if re.match(r"\| (mha|lrkv|mla|gqa|mqa|mla-ds|mha w) \| cpu \| 1x", line)]
     assert [r[0][2:] for r in sdpa] == ["mha", "lrkv", "mla", "gqa", "mqa", "mla-ds", "mha w"]
     assert all(r[-1] == "yes |" for r in sdpa) and sdpa[0][4] == "no: none on this device"  # math takes every call
@@ -304,4 +305,4 @@ def test_the_deep_check_runs_on_the_cpu(tmp_path):
     assert sdpa[5][3].startswith("no: Flash attention requires q,k,v to have the same last dimension")
     copies = [line.split(" | ") for line in lines if re.match(r"\| (mha|lrkv|mla) \| [\d,]+ \| [\d,]+ \| ", line)]
     assert [r[0][2:] for r in copies] == ["mha", "lrkv", "mla"] and "FAILED" not in p.stdout
-    assert p.stdout.count("| done |") == 4
+    assert p.stdout.count("| done |") == 3
