@@ -111,14 +111,17 @@ def phase(what, limit, cmd, f, *a, piece=None, **kw):
                 pass
         except queue.Empty:
             why = "limit"
-        # SIGTERM first: the phase's own clean-up runs (torchrun stops ranks that sit in process
-        # groups of their own), then SIGKILL for whatever is left of its group. A phase that has
-        # printed its result has nothing left to clean up
+        # stopped at its limit, the phase alone gets SIGTERM: its clean-up runs (it stops the runs it
+        # started, torchrun its ranks), and a compiler it started finishes the file it writes (cut
+        # by a signal to the group, a half-written .so stayed in inductor's cache, and every later
+        # phase that loaded it failed: "file too short"). Once its group is empty, or after 10 s,
+        # SIGKILL for what is left. A phase that printed its result has nothing left to do
+        if why == "limit" and not got:
+            proc.terminate()
+            end = time.time() + 10
+            while (proc.poll() is None or alive(proc.pid)) and time.time() < end:
+                time.sleep(0.1)
         with contextlib.suppress(ProcessLookupError):
-            if why == "limit" and not got:
-                os.killpg(proc.pid, signal.SIGTERM)
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(timeout=10)
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         with contextlib.suppress(queue.Empty):  # what it printed before it was stopped counts too
@@ -131,6 +134,14 @@ def phase(what, limit, cmd, f, *a, piece=None, **kw):
         err.seek(0)
         last = (err.read().strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
         return Stopped(f"{what}: failed: {last}", "failed")
+
+
+def alive(group):
+    try:
+        os.killpg(group, 0)
+        return True
+    except ProcessLookupError:
+        return False
 
 
 def run_part(functions, fname, fargs, fkw):

@@ -202,6 +202,16 @@ def test_a_phase_stopped_at_its_limit_runs_again_at_the_end(tmp_path):
     assert lines[-1] == "| cold (again) | %d | 0 | done | 2 |" % records[2]["limit"]
 
 
+def test_a_stopped_phase_lets_its_compiler_finish_the_file(tmp_path):
+    # SIGTERM to the whole group cut inductor's C++ compiler mid-write: the half-written .so stayed
+    # in the cache and every later design's phase failed ("file too short"). The compiler here
+    # writes 2 s after the phase's 5-s limit
+    lines, records = fake_plan(tmp_path, [("compiling", 1, (str(tmp_path / "warm"), str(tmp_path / "kernel.so"))),
+                                          ("quick", 476, ())])
+    assert records[0]["outcome"] == "stopped" and (tmp_path / "kernel.so").read_text() == "whole"
+    assert 6 < records[0]["seconds"] < 10  # the group waited for, not the full 10 s of grace
+
+
 def test_a_printed_result_counts_while_its_process_shuts_down(tmp_path):
     # all six eager-decode cells were done at 18.4 s, yet the row said "stopped at its 20 s limit":
     # the process had printed its result and was still exiting
