@@ -86,7 +86,7 @@ def test_a_phase_killed_in_a_real_inductor_compile_leaves_the_next_its_turn(tmp_
 def dry(tmp_path):
     import gpu_check
     gpu_check.setup(gpu_check.arguments(["--dry", f"--out={tmp_path}"]))
-    gpu_check.t_start = __import__("time").time()
+    gpu_check.t_start = time.time()
     return gpu_check
 
 
@@ -308,7 +308,8 @@ def test_the_deep_check_runs_on_the_cpu(tmp_path):
     lines = p.stdout.splitlines()
     assert ("- fp16, compiled, the gradients of step 5 made inf: ok: weights after the step against a run stopped "
             "before it, max relative difference 0.0e+00 (at most 1e-4); loss scale 65536 -> 32768") in lines
-    sdpa = [line.split(" | ") for line in lines if re.match(r"\| (mha|lrkv|mla|gqa|mqa|mla-ds|mha w) \| cpu \| 1x", line)]
+    sdpa = [line.split(" | ") for line in lines
+            if re.match(r"\| (mha|lrkv|mla|gqa|mqa|mla-ds|mha w) \| cpu \| 1x", line)]
     assert [r[0][2:] for r in sdpa] == ["mha", "lrkv", "mla", "gqa", "mqa", "mla-ds", "mha w"]
     assert all(r[-1] == "yes |" for r in sdpa) and sdpa[0][4] == "no: none on this device"  # math takes every call
     assert sdpa[5][2] == "1x2x128x40, 1x2x128x40, 1x2x128x32"  # DeepSeek's widths: d_h + d_r for q and k
