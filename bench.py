@@ -49,8 +49,10 @@ def shape(cfg):
 
 
 def build(cfg, device="cpu", dtype=torch.float32):
+    # made on its device: a GPU's model is never built on the CPU first, then copied over
     torch.manual_seed(0)
-    return GPT(cfg).to(device=device, dtype=dtype).eval()
+    with torch.device(device):
+        return GPT(cfg).to(dtype=dtype).eval()
 
 
 def check_context(T, cfg):
@@ -116,7 +118,8 @@ def train_models(cfg, device, ns_dtype, compile):
     models = {}
     for name in list(DESIGNS) + ["gpt2"]:
         c = replace(cfg, attn=name if name in DESIGNS else "mha")
-        model = (Reference if name == "gpt2" else GPT)(c).to(device)
+        with torch.device(device):
+            model = (Reference if name == "gpt2" else GPT)(c)
         opts = optimizers(model, ns_dtype, shared=False)  # Muon: h.*; AdamW: wte, lm_head, gains
         rest = [p for n, p in model.named_parameters()
                 if not n.startswith("h.") and n not in ("wte.weight", "lm_head.weight")]
@@ -235,7 +238,8 @@ def decode_bench(cfg, contexts, steps=30, device="cpu", dtype=torch.float32, bat
     (generate.decoder: compiled, and "reduce-overhead", a CUDA graph; the warm-up steps pay for compiling).
     Returns {(design, N, mode): dict(ms=per step, tok_s=batch tokens a second, vs_mha=tok/s over
     MHA's in that mode, mflop=forward FLOPs per token, bytes=what a step must read (cache and
-    weights, flops.decode_bytes), gbs=those bytes over the step's time[, ms_no_cache=])}.
+    weights, flops.decode_bytes), gbs=those bytes over the step's time, first_s=the first step's
+    seconds, its compile in a compiled mode[, ms_no_cache=])}.
     designs: some of them (default all); vs_mha only where MHA is among them."""
     for N in contexts:
         check_context(N, cfg)
@@ -256,12 +260,13 @@ def decode_bench(cfg, contexts, steps=30, device="cpu", dtype=torch.float32, bat
                 # alone: at batch 32 x 8K x 50K all of them would be 50 GB
             tok, pos = idx[:, N - 1:].contiguous(), torch.tensor([N - 1], device=device)
             names = [(a, mode) for a in models for mode in modes]
-            t_step, t_full = {k: [] for k in names}, {k: [] for k in names}
+            t_step, t_full, first = {k: [] for k in names}, {k: [] for k in names}, {}
             for i in range(warmup + steps):
                 for a, mode in names[i % len(names):] + names[:i % len(names)]:
                     step = decoder(models[a], DECODERS[mode])
                     dt = timed(lambda: step(tok, caches=caches[a], pos=pos))  # the same slot every step
                     dt_full = timed(lambda: models[a](idx)) if no_cache else 0.0  # a token without a cache
+                    first.setdefault((a, mode), dt)
                     if i >= warmup:
                         t_step[a, mode].append(dt)
                         t_full[a, mode].append(dt_full)
@@ -269,6 +274,7 @@ def decode_bench(cfg, contexts, steps=30, device="cpu", dtype=torch.float32, bat
                 ms = 1000 * statistics.median(t_step[a, mode])
                 nbytes = flops.decode_bytes(models[a].cfg, N, batch, dtype.itemsize)
                 out[a, N, mode] = dict(ms=ms, tok_s=1000 * batch / ms, bytes=nbytes, gbs=nbytes / ms / 1e6,
+                                       first_s=first[a, mode],
                                        mflop=flops.decode_flops_per_token(models[a].cfg, N) / 1e6)
                 if no_cache:
                     out[a, N, mode]["ms_no_cache"] = 1000 * statistics.median(t_full[a, mode])

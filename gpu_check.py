@@ -2,84 +2,74 @@
 One command that checks nanoKV on a GPU and writes a Markdown table for docs/.
 
     python gpu_check.py                      # the 128M preset, bf16, compiled, on cuda: at most --budget=480 s
+    python gpu_check.py --deep               # the deeper checks (gpu_deep.py): a second call, as long
     python gpu_check.py --only=decode,512m-8k    # some parts again, e.g. those a cut-off check missed
-    python gpu_check.py --dry                # the same steps on the CPU at tiny shapes, to check the script
+    python gpu_check.py --dry [--deep]       # the same steps on the CPU at tiny shapes, to check the script
 
-It writes out/gpu_check/results.md line by line as it measures (and each design's row to
-results.jsonl), so a check cut off part-way keeps what it had. Each phase runs in a process of its
-own (this script with --part) under a time limit within --budget: one that runs out, or fails, is
-killed (with anything it started) and said so in one line, and the next starts. No signal is
-raised into torch: an alarm inside torch.compile arrived wrapped in dynamo's own errors, or broke
-its imports for the rest of the process.
-
-The plan, in seconds (each phase also pays for starting Python and torch, and for its compile):
-    designs   5 phases x 45   225   128m at 4 layers (the per-layer work of the full 12)
-    runs                      60    tiny train.py runs
-    tokens                    30    2-layer LRKV, 32 tokens three ways
-    decode    3 phases        100   128m at 2 layers, 8K: eager and as a CUDA graph at batch 1 (20,
-                                    40), compiled at batch 32 (40), where the cache dominates; a
-                                    design at a time, each cell kept as it is done
-    512m-8k   2 phases x 30   60    MHA and LRKV at the figure's 8K shape, 2 of its 24 layers
-The limits come from measured costs (docs/training.md, The GPU check): the CPU side of a cold compile, dynamo and
-AOTAutograd alone, is 5.5-9 s for a design's 4-layer training step and 1.0-1.8 s for a decode
-step (docs/bench/compile_cost.py, 2-core Intel Xeon), and inductor with Triton's builds takes 3-4x
-the aot_eager time on HF models in PyTorch's own compile benchmarks (pytorch/pytorch#93517). A
-decode phase compiles six designs, and a CUDA graph's cudagraphs setting is part of inductor's
-cache key, so the compiled batch-1 phase (the graph phase's kernels without the graph) was dropped
-to give the other two 40 s.
-    total                     475   of --budget=480; variants (MLA at DeepSeek's widths, the
-                                    factored LRKV) only when asked, --only=variants
-A --budget other than 480 scales every limit with it. The parts, in order:
+It writes out/gpu_check/results.md line by line as it measures (each design's row, and each
+phase's record, to results.jsonl too), so a check cut off part-way keeps what it had. Each phase
+runs in a process of its own (this script with --part) under a time limit within --budget
+(gpu_phases.py: the budget flows, a phase stopped at its limit runs again at the end, a result
+printed counts); one that runs out, or fails, is killed with anything it started and said so in
+one line. The last table gives each phase's limit, seconds, outcome and compile time. The parts:
 - the GPU, torch, CUDA and cuDNN versions and SDPA's kernel order;
 - designs: per design, training tokens/s and MFU (compiled, Muon + AdamW as train.py; MFU by
   flops.py's convention, no causal discount, and with causal attention), the optimiser's share of a
   step, peak memory against flops.memory_per_gpu, the SDPA kernel in training and in decoding (the
-  profiler's op names), the training loss and gradient norm compiled against eager, the compile
-  time, each cache's dtype and bytes per token after a prefill against flops.py's formula;
+  profiler's op names), the training loss compiled against eager and the gradient of the parameter
+  they differ most in, the compile time, each cache's dtype and bytes per token after a prefill
+  against flops.py's formula;
 - runs: tiny train.py runs killed and resumed, as 1-rank DDP and FSDP2 under torchrun, and in fp16;
-- tokens: generate()'s default decode (a CUDA graph) against the compiled and the eager step;
-- decode: tokens/s and the GB/s of what a step reads at 8K, batch 1 eager, compiled and as a CUDA
-  graph, and batch 32 compiled (bench.decode_bench);
-- variants: MLA at DeepSeek's widths and the factored LRKV, as the designs' rows;
-- 512m-8k: MHA and LRKV at the figure's 8K-context shape;
-- memory, only when asked (--only=memory): each design's whole 512m-8k model, peak memory of two
-  eager training steps against flops.memory_per_gpu.
+- tokens: generate()'s CUDA-graph decode against the compiled and the eager step, and the graphs
+  it recorded, replayed and skipped, twice in one bucket of kept caches;
+- decode: tokens/s and the GB/s of what a step reads at 8K, batch 1 eager and as a CUDA graph, and
+  batch 32 compiled (bench.decode_bench), a design at a time: one design's failure is its cell's;
+- variants, only when asked: MLA at DeepSeek's widths and the factored LRKV, as the designs' rows;
+- 512m-8k: MHA and LRKV at the figure's 8K-context shape, 2 of its 24 layers;
+- memory, only when asked: each design's whole 512m-8k model, peak memory of two eager training
+  steps against flops.memory_per_gpu.
+--deep's parts are gpu_deep.py's.
 """
 import argparse
+import functools
 import json
 import os
 import signal
-import subprocess
 import sys
-import tempfile
 import time
 
 import torch
 
 import flops
-from bench import decode_bench, design_cfgs
+import gpu_deep
+from bench import build, decode_bench, design_cfgs
 from common import ArgumentParser, DESIGNS, autocast as amp, device_name, fail, native_bf16
-from model import GPT, preset
+from gpu_phases import Phase, Stopped, run_part, run_plan
+from model import preset
 from muon import newton_schulz_dtype, optimizers
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
-PHASE_CMD = [sys.executable, os.path.abspath(__file__)]  # how phase() starts a phase's process
+PHASE_CMD = [sys.executable, os.path.abspath(__file__)]  # how gpu_phases starts a phase's process
 PARTS = ["designs", "runs", "tokens", "decode", "variants", "512m-8k", "memory"]  # in the order they run
 DEFAULT = [x for x in PARTS if x not in ("variants", "memory")]  # what fits the budget
+DEEP = [x[0] for x in gpu_deep.PHASES]
 
 
 def arguments(argv=None):
     p = ArgumentParser(description=__doc__.strip().splitlines()[0])
     p.add_argument("--dry", action="store_true", help="on the CPU at tiny shapes: checks the script, measures nothing")
+    p.add_argument("--deep", action="store_true", help="the deeper checks (gpu_deep.py), in a budget of their own")
     p.add_argument("--out", default="out/gpu_check", help="folder for results.md (written line by line) and results.jsonl")
     p.add_argument("--budget", type=float, default=480, help="seconds for the whole check: each phase has a limit within it")
-    p.add_argument("--only", default=",".join(DEFAULT), help="some of the parts, to rerun what a cut-off check missed")
+    p.add_argument("--only", help="some of the parts, to rerun what a cut-off check missed (default: "
+                   f"{','.join(DEFAULT)}; with --deep {','.join(DEEP)})")
     p.add_argument("--backend", default=None, help="--dry: torch.compile's backend (default dynamo's eager)")
-    p.add_argument("--part", help=argparse.SUPPRESS)  # one phase, in a process of its own: [function, args]
+    p.add_argument("--part", help=argparse.SUPPRESS)  # one phase, in a process of its own: [function, args, kwargs]
     a = p.parse_args(argv)
-    a.only = a.only.split(",")
-    if set(a.only) - set(PARTS):
-        fail(f"--only={','.join(a.only)}: the parts are {','.join(PARTS)}")
+    parts = DEEP if a.deep else PARTS
+    a.only = a.only.split(",") if a.only else DEEP if a.deep else DEFAULT
+    if set(a.only) - set(parts):
+        fail(f"--only={','.join(a.only)}: the parts{' of --deep' * a.deep} are {','.join(parts)}")
     if not a.dry and not torch.cuda.is_available():
         fail("this torch sees no CUDA GPU; run `python gpu_check.py --dry` to check the script on the CPU")
     return a
@@ -126,13 +116,15 @@ def sdpa_kernels(f):
     return "+".join(found) or "none (matmuls)"
 
 
+# -----------------------------------------------------------------------------
+# the phases: each a function run in a process of its own
+
 def memory(attn):
     """The figure's whole model, 512m-8k's 24 layers at batch 1 x 8192 (the paper's per-GPU batch
     on 4 GPUs), two eager training steps under bf16 autocast with train.py's optimisers: the peak
     memory allocated against flops.memory_per_gpu's estimate, in GiB."""
     cfg = preset("cpu" if dry else "512m-8k", attn=attn, **shape)
-    torch.manual_seed(0)
-    model = GPT(cfg).to(device)
+    model = build(cfg, device)
     opts = optimizers(model, ns_dtype)
     x = torch.randint(0, cfg.vocab_size, (1, cfg.block_size), device=device)
     if not dry:
@@ -152,29 +144,28 @@ def check(attn, size=None, **variant):
     size: (preset, batch) for a shape other than the check's own, e.g. the figure's 512m-8k."""
     shape_name, B = size if size and not dry else (name, batch)
     n = layers.get("big" if size else "designs")
-    cfg = preset(shape_name, attn=attn, **shape, **variant, **({"n_layer": n} if n else {}))
-    torch.manual_seed(0)
-    model = GPT(cfg).to(device)
-    x = torch.randint(0, cfg.vocab_size, (B, cfg.block_size), device=device)
+    model = build(preset(shape_name, attn=attn, **shape, **variant, **({"n_layer": n} if n else {})), device)
+    x = torch.randint(0, model.cfg.vocab_size, (B, model.cfg.block_size), device=device)
     # the optimisers and the compiled model are gone (train_measures' own) before the caches are measured
     return dict(design=attn, **train_measures(model, x), **cache_measures(model, x))
 
 
 def train_measures(model, x):
-    """Training on x: a micro-step eager against compiled at the same weights (loss, gradient norm,
-    compile time), SDPA's kernel, tokens/s and MFU of compiled steps with train.py's optimisers,
-    their share of a step, and the peak memory against flops.memory_per_gpu."""
+    """Training on x: a micro-step eager against compiled at the same weights (the loss, the
+    gradient of the parameter they differ most in, compile time), SDPA's kernel, tokens/s and MFU
+    of compiled steps with train.py's optimisers, their share of a step, and the peak memory
+    against flops.memory_per_gpu."""
     cfg, (B, T) = model.cfg, x.shape
     compiled = torch.compile(model, backend=backend)
     opts = optimizers(model, ns_dtype)
 
-    def fwd_bwd(m):  # the training loss and gradient norm of one micro-step, gradients cleared after
+    def fwd_bwd(m):  # the training loss and every gradient of one micro-step, gradients cleared after
         with autocast:
             loss = m(x, x)[1]
         loss.backward()
-        norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in model.parameters()]))
+        grads = {n: p.grad.float() for n, p in model.named_parameters()}
         model.zero_grad(set_to_none=True)
-        return loss.item(), norm.item()
+        return loss.item(), grads
 
     def train_step(m):
         with autocast:
@@ -183,13 +174,22 @@ def train_measures(model, x):
             o.step()
         model.zero_grad(set_to_none=True)
 
-    # eager against compiled at the same weights; the first compiled call compiles forward and backward
+    # eager against compiled at the same weights, a step past their start: there every residual
+    # branch's output projection is 0, so the gradients before it are 0 too, and compare nothing.
+    # The first compiled call compiles forward and backward
+    train_step(model)
     eager = fwd_bwd(model)
     t0 = time.perf_counter()
     comp = fwd_bwd(compiled)
     compile_s = time.perf_counter() - t0
+    # per parameter: a total norm missed a few zeroed ones (torch 2.11's compiled RMSNorm zeroed all)
+    rel = {n: ((comp[1][n] - g).norm() / g.norm().clamp_min(1e-30)).item() for n, g in eager[1].items()}
+    worst = max(rel, key=rel.get)
+    zeroed = sum(comp[1][n].count_nonzero().item() == 0 < g.count_nonzero().item() for n, g in eager[1].items())
+    loss_diff = abs(eager[0] - comp[0])
+    del eager, comp
     kernel_train = sdpa_kernels(lambda: train_step(model))  # eager: inductor calls the same SDPA op
-    train_step(compiled)  # warm-up: the optimisers' first step
+    train_step(compiled)  # warm-up
     sync()
     if not dry:
         torch.cuda.reset_peak_memory_stats()
@@ -205,10 +205,8 @@ def train_measures(model, x):
                 opt_share=optimiser_share(compiled, model, opts, x),  # before the peak: its steps count
                 peak_gib=None if dry else torch.cuda.max_memory_allocated() / 2**30,
                 est_gib=flops.memory_per_gpu(cfg, B, 1, False) / 2**30, kernel_train=kernel_train,
-                loss_diff=abs(eager[0] - comp[0]), norm_diff=abs(eager[1] - comp[1]) / eager[1],
-                compile_s=compile_s)
-
-
+                loss_diff=loss_diff, grad_diff=rel[worst], grad_worst=worst,
+                grads_zeroed=zeroed, compile_s=compile_s)
 def optimiser_share(run, model, opts, x):
     """The optimisers' share of a training step: the median of three, each timed in two halves,
     forward + backward, then the optimisers."""
@@ -243,68 +241,6 @@ def cache_measures(model, x):
                 cache_formula=flops.kv_cache_bytes_per_token(model.cfg, elem))
 
 
-def tiny_runs():
-    """Tiny train.py runs on this device, each set against another by its logged train losses: a
-    run killed after its step-3 checkpoint and resumed against an uninterrupted one; one rank of
-    DDP under torchrun against one process; one rank of FSDP2 against DDP; fp16 with its loss
-    scaler against the default precision. -> one line each."""
-    with tempfile.TemporaryDirectory() as tmp:
-        data = os.path.join(tmp, "data")
-        subprocess.run([sys.executable, "prepare.py", "text", f"--input={ROOT}/*.py", "--name=check",
-                        f"--data_dir={data}"], cwd=ROOT, check=True, capture_output=True)
-        cmd = ["train.py", "--dataset=check", f"--data_dir={data}", f"--out_dir={tmp}", f"--device={device}",
-               "--attn=lrkv", "--n_layer=2", "--n_head=2", "--n_embd=64", "--block_size=64", "--batch_size=4",
-               "--total_batch_tokens=256", "--max_iters=8", "--eval_interval=4", "--ckpt_interval=3",
-               "--eval_tokens=1024", "--log_interval=1", "--warmup_iters=2", "--compile=False"]
-        env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-        torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1"]
-
-        procs = []
-
-        def start(name, *extra, launch=(sys.executable,), fault=None):
-            # the cut run is killed half-way through writing step 5's log line, as the tests kill runs
-            launch = [*launch, "tests/fault.py"] if fault else list(launch)
-            with open(f"{tmp}/{name}.err", "w") as err:
-                procs.append(subprocess.Popen(launch + cmd + [f"--run_name={name}", *extra], cwd=ROOT, stderr=err,
-                                              env={**env, **({"NANOKV_FAULT": fault} if fault else {})},
-                                              stdout=subprocess.DEVNULL))
-            return name, procs[-1]
-
-        def losses(name, p):  # -> {step: train loss}, or the run's last error line
-            if p.wait() != 0:
-                return f"{name}: train.py failed: {(open(f'{tmp}/{name}.err').read().strip().splitlines() or ['?'])[-1]}"
-            return {r["step"]: r["train_loss"] for r in map(json.loads, open(f"{tmp}/{name}/log.jsonl"))
-                    if r["type"] == "step" and "train_loss" in r}
-
-        def against(what, a, b, tol):
-            if isinstance(a, str) or isinstance(b, str):
-                return f"{what}: {a if isinstance(a, str) else b}"
-            diff = max(abs(a[s] - b.get(s, float("inf"))) for s in a) if a.keys() == b.keys() else float("inf")
-            return f"{what}: {'ok' if diff <= tol else 'FAILED'}, max train-loss difference {diff:.1e} (at most {tol:g})"
-
-        try:  # the runs at once (they are small), then the cut one's resume
-            runs = [start("full"), start("ddp", launch=torchrun), start("fsdp", "--fsdp", launch=torchrun),
-                    start("fp16", "--dtype=fp16"), start("cut", fault="log:5")]
-            runs[-1][1].wait()
-            full, ddp, fsdp, fp16 = (losses(*r) for r in runs[:4])
-            cut = losses(*start("cut", "--resume"))
-        finally:  # a phase stopped at its limit leaves no run behind: SIGTERM lets torchrun stop its ranks
-            for p in procs:
-                p.terminate()
-            for p in procs:
-                try:
-                    p.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
-        return [against("killed at step 5, resumed from step 3, against uninterrupted", cut, full, 1e-4),
-                against("1-rank DDP (torchrun) against one process", ddp, full, 1e-4),  # CUDA's atomics may reorder sums
-                # FSDP2 computes in bf16 with fp32 masters, as DDP's autocast does (equal to the bit on the CPU)
-                against("1-rank FSDP2 against 1-rank DDP", fsdp, ddp, 1e-3),
-                # fp16 with a GradScaler against bf16 (fp32 on the CPU): other roundings, so a loose bound
-                against("fp16 with its loss scaler against the default precision", fp16, full, 5e-2)]
-
-
 def versions():
     # what ran: the GPU, torch, CUDA and cuDNN, and the order SDPA tries its kernels in, read after
     # a first SDPA call (torch 2.11's CUDA 13 build puts cuDNN first lazily, on that call)
@@ -319,54 +255,31 @@ def versions():
             f"SDPA priority {' > '.join(names) or 'n/a'}; {time.strftime('%Y-%m-%d %H:%M')}")
 
 
-class Stopped(str):
-    """A phase's line saying why it has no result, and what it finished before (partial: the
-    pieces it printed with partial())."""
-    partial = ()
 
 
-def partial(piece):
-    # a phase's finished piece (a design's cell, say), printed at once: a phase stopped later keeps it
-    print("PARTIAL " + json.dumps(piece), flush=True)
+def decode_cfg():
+    n = layers.get("decode")
+    return preset(name, **{**shape, "block_size": context, **({"n_layer": n} if n else {})})
 
 
-def phase(what, limit, f, *a, **kw):
-    """f(*a, **kw), a function of this script, in a process of its own (this script with --part)
-    with at most limit seconds (scaled by --budget/480, and no more than is left of it): its result,
-    or a Stopped line saying why there is none, with the pieces it finished. A phase killed at its
-    limit, or failing, leaves the phases after it their time; nothing it started outlives it."""
-    left = args.budget - (time.time() - t_start)
-    if left < 5:
-        return Stopped(f"{what}: skipped, the {args.budget:.0f} s budget is spent")
-    limit = min(max(5.0, limit * args.budget / 480), left)
-    flags = ["--dry"] * dry + [f"--out={args.out}", f"--budget={args.budget}"] + [f"--backend={args.backend}"] * bool(
-        args.backend)
-    cmd = [*PHASE_CMD, *flags, "--part", json.dumps([f.__name__, a, kw])]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)  # its own process group: killed whole
-    try:
-        out, err = proc.communicate(timeout=limit)
-    except subprocess.TimeoutExpired:
-        # SIGTERM first: the phase's own clean-up runs (torchrun stops ranks that sit in process
-        # groups of their own), then SIGKILL for whatever is left of its group
-        os.killpg(proc.pid, signal.SIGTERM)
+def decode(mode, B):
+    # every design at the context in one mode and batch, a design at a time, each cell yielded as it
+    # is done: tok/s, and the GB/s of what a step must read (every sequence's cache and the
+    # weights, flops.decode_bytes) with its share of the peak. -> the seconds of the first steps,
+    # where the compiled modes compile
+    first = 0.0
+    for a in design_cfgs(decode_cfg()):
         try:
-            out, err = proc.communicate(timeout=10)  # what it printed before, too
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            out, err = proc.communicate()
-        return stopped(f"{what}: stopped at its {limit:.0f} s limit", out)
-    result = [line[7:] for line in out.splitlines() if line.startswith("RESULT ")]
-    if proc.returncode or not result:
-        why = (err.strip().splitlines() or ['exit status %d' % proc.returncode])[-1]
-        return stopped(f"{what}: failed: {why}", out)
-    return json.loads(result[-1])
-
-
-def stopped(line, out):
-    s = Stopped(line)
-    s.partial = [json.loads(x[8:]) for x in (out or "").splitlines() if x.startswith("PARTIAL ")]
-    return s
+            r = decode_bench(decode_cfg(), (context,), steps=5 if dry else 20, device=device, modes=(mode,),
+                             dtype=torch.float32 if dry else torch.bfloat16, batch=B, warmup=2, designs=(a,))
+        except Exception as e:  # an OOM, a compile error: its cell says so, the next design runs
+            yield {a: f"failed: {type(e).__name__}: {(str(e).splitlines() or [''])[0][:60]}".replace("|", "/")}
+            continue
+        r = r[a, context, mode]
+        first += r["first_s"]
+        share = f", {r['gbs'] * 1e9 / peak_bw:.0%}" if peak_bw else ""
+        yield {a: f"{r['tok_s']:,.0f} ({r['gbs']:,.1f}{share})"}
+    return dict(compile_s=None if mode == "eager" else first)
 
 
 def say(line=""):
@@ -376,68 +289,94 @@ def say(line=""):
         f.write(line + "\n")
 
 
+def jsonl(record):
+    with open(os.path.join(args.out, "results.jsonl"), "a") as f:
+        f.write(json.dumps(record) + "\n")
+
+
 fmt = lambda v, f: "n/a" if v is None else format(v, f)  # noqa: E731
 
 
-def design_rows(variants, size=None):
-    # a design at a time, each row written as it is measured
-    say("| design | train tok/s | MFU | MFU (causal) | optimiser % | peak GiB (estimate) | SDPA train | SDPA decode "
-        "| eager - compiled loss | grad norm, relative | cache after prefill | cache B/token (formula) | compile s |")
-    say("|" + "---|" * 13)
-    for label, attn, variant in variants:
-        r = phase(label, 30 if size else 45, check, attn, size, **variant)
-        if isinstance(r, str):
-            say(f"| {label} | {r} |")
-            continue
-        r["design"], r["size"] = label, size
-        with open(os.path.join(args.out, "results.jsonl"), "a") as f:
-            f.write(json.dumps(r) + "\n")
+# -----------------------------------------------------------------------------
+# the plan: the parts asked for, each a phase or a few, with their tables
+
+
+def design_phases(intro, variants, size=None):
+    head = (f"{intro}\n| design | train tok/s | MFU | MFU (causal) | optimiser % | peak GiB (estimate) | SDPA train "
+            "| SDPA decode | eager - compiled loss | grad, worst parameter (relative) | cache after prefill "
+            "| cache B/token (formula) | compile s |\n|" + "---|" * 13)
+
+    def write(label, r):
+        if isinstance(r, Stopped):
+            return say(f"| {label} | {r} |")
+        jsonl({**r, "design": label, "size": size})
+        zeroed = f", {r['grads_zeroed']} zeroed" if r["grads_zeroed"] else ""
         say(f"| {label} | {r['tok_s']:,.0f} | {fmt(r['mfu'], '.1%')} | {fmt(r['mfu_causal'], '.1%')} "
-            f"| {r['opt_share']:.0%} | {fmt(r['peak_gib'], '.1f')} ({r['est_gib']:.1f}) "
-            f"| {r['kernel_train']} | {r['kernel_decode']} | {r['loss_diff']:.1e} | {r['norm_diff']:.1e} | {r['cache']} "
-            f"| {r['cache_bytes']:,.0f} ({r['cache_formula']:,}) | {r['compile_s']:.0f} |")
+            f"| {r['opt_share']:.0%} | {fmt(r['peak_gib'], '.1f')} ({r['est_gib']:.1f}) | {r['kernel_train']} "
+            f"| {r['kernel_decode']} | {r['loss_diff']:.1e} | {r['grad_diff']:.1e} ({r['grad_worst']}{zeroed}) "
+            f"| {r['cache']} | {r['cache_bytes']:,.0f} ({r['cache_formula']:,}) | {r['compile_s']:.0f} |")
+    return [Phase(label, 30 if size else 45, check, (attn, size), functools.partial(write, label), head, kw=variant)
+            for label, attn, variant in variants]
 
 
-def decode_cfg():
-    n = layers.get("decode")
-    return preset(name, **{**shape, "block_size": context, **({"n_layer": n} if n else {})})
+def decode_phases():
+    columns = list(design_cfgs(decode_cfg()))  # decode()'s, in its order
+    head = (f"\ndecode tokens/s (GB/s of the cache and weights a step reads, flops.decode_bytes, and its share of "
+            f"the peak bandwidth), {decode_cfg().n_layer} layers (bench.decode_bench: each step over exactly that "
+            f"context)\n\n| mode @context x batch | {' | '.join(columns)} |\n|" + "---|" * (1 + len(columns)))
+    out = []
+    # batch 1 eager and as a CUDA graph; then compiled where the cache dominates
+    for mode, B, share in [("eager", batches[0], 20), ("graphs", batches[0], 40), ("compiled", batches[1], 40)]:
+        what, cells = f"{mode} @{context} x{B}", {}  # cells: kept from a first try that was stopped
+
+        def write(r, what=what, cells=cells):
+            row = " | ".join(cells.get(a, "-") for a in columns)
+            say(f"| {what} | {row} |" + (f" {r}" if isinstance(r, Stopped) else ""))
+        out.append(Phase(f"decode {what}", share, decode, (mode, B), write, head, cells.update))
+    return out
 
 
-def decode(mode, B):
-    # every design at the context in one mode and batch, a design at a time (each cell printed as it
-    # is done) -> {design: cell}: tok/s, and the GB/s of what a step must read (every sequence's cache
-    # and the weights, flops.decode_bytes) with its share of the peak
-    cfg, cells = decode_cfg(), {}
-    dtype = torch.float32 if dry else torch.bfloat16
-    for a in design_cfgs(cfg):
-        r = decode_bench(cfg, (context,), steps=5 if dry else 20, device=device, modes=(mode,), dtype=dtype,
-                         batch=B, warmup=2, designs=(a,))[a, context, mode]
-        share = f", {r['gbs'] * 1e9 / peak_bw:.0%}" if peak_bw else ""
-        cells[a] = f"{r['tok_s']:,.0f} ({r['gbs']:,.1f}{share})"
-        partial({a: cells[a]})
-    return cells
+def lines_phase(what, share, f, a, head, kw):
+    # a phase whose lines are written as they come (gpu_deep's): a stopped one's line last
+    return Phase(what, share, f, a, lambda r: isinstance(r, Stopped) and say(f"- {r}"), head, say, kw)
 
 
-def decode_row(what, r):
-    # the table's row of a decode phase: its cells, or those it finished and why the rest are missing
-    cells = r if isinstance(r, dict) else {k: v for p in r.partial for k, v in p.items()}
-    row = " | ".join(cells.get(a, "-") for a in design_cfgs(decode_cfg()))
-    return f"| {what} | {row} |" + ("" if isinstance(r, dict) else f" {r}")
-
-
-def graphs_same_tokens():
-    """The compiled decode step recorded and replayed as a CUDA graph ("reduce-overhead", what
-    generate() runs on CUDA from GRAPH_MIN_TOKENS new tokens) against the compiled step without one
-    (the same kernels: tokens must be equal) and eager (fp32: equal, or a rounding)."""
-    cfg = preset(name, **{**shape, "attn": "lrkv", "n_layer": 2})
-    torch.manual_seed(0)
-    model = GPT(cfg).to(device).eval()
-    idx = torch.randint(0, cfg.vocab_size, (2, 16), device=device)
-    out = {c: model.generate(idx, 32, temperature=0, compile=c) for c in (False, True, "reduce-overhead")}
-    same = (out["reduce-overhead"] == out[True]).all().item()
-    agree = (out["reduce-overhead"] == out[False])[:, 16:].float().mean().item()
-    return (f"{'ok' if same else 'DIFFERENT'}: 32 greedy tokens decoded as a CUDA graph against the compiled "
-            f"step's; {agree:.0%} of them eager's (fp32)")
+def plan():
+    """The phases of the parts asked for, in order, each with its share of a 480-s budget. From
+    measured costs (docs/training.md, The GPU check): a design's phase needs 30-40 s of its 45, a
+    decode phase of six designs 25-35 s plus start-up; --deep's shares are guesses until a GPU runs
+    them."""
+    only, p = args.only, []
+    deep = dict(device=device, backend=backend, name=name, shape=shape, context=context,
+                layers=decode_cfg().n_layer, dtype="float32" if dry else "bfloat16")  # what gpu_deep's take
+    if "designs" in only:
+        p += design_phases("MFU counts attention with no causal discount (flops.py's convention); MFU (causal) "
+                           "counts half of it. Eager against compiled: one training micro-step at the same weights, "
+                           "one step past their start.\n", [(a, a, {}) for a in DESIGNS])
+    if "runs" in only:
+        p.append(lines_phase("tiny runs", 60, gpu_deep.train_runs, ("runs",), f"\ntiny train.py runs on {device}:",
+                             deep))
+    if "tokens" in only:
+        p.append(lines_phase("CUDA-graph decode", 30, gpu_deep.graph_decode, (),
+                             "\nCUDA-graph decode, generate(compile=\"reduce-overhead\"):", {**deep, "news": [32, 32]}))
+    if "decode" in only:
+        p += decode_phases()
+    if "variants" in only:
+        p += design_phases("\nMLA at DeepSeek's widths and the factored LRKV:\n",
+                           [("mla-ds", "mla", dict(mla_deepseek=True)), ("lrkv-f", "lrkv", dict(lrkv_factored=True))])
+    if "512m-8k" in only:
+        p += design_phases(f"\nthe figure's shape, 512m-8k, batch 1 x 8192{', 2 of its 24 layers' if not dry else ''}"
+                           f"{' (dry: the tiny shape)' if dry else ''}:\n",
+                           [(f"{a} 512m-8k", a, {}) for a in ("mha", "lrkv")], size=("512m-8k", 1))
+    if "memory" in only:  # asked for: its five phases do not fit the default budget
+        head = (f"\nmemory, the whole 512m-8k model{' (dry: the tiny shape)' if dry else ''}, batch 1 x 8192, two "
+                "eager bf16 steps with train.py's optimisers:\n\n| design | peak GiB | estimate GiB "
+                "(flops.memory_per_gpu) |\n|---|---|---|")
+        p += [Phase(f"memory {a}", 40, memory, (a,), lambda r, a=a: say(r if not isinstance(r, Stopped) else
+                                                                        f"| {a} | {r} |"), head) for a in DESIGNS]
+    p += [lines_phase(what, share, f, a, head.format(**deep), deep)
+          for part, what, share, f, a, head in gpu_deep.PHASES if part in only]
+    return p
 
 
 def main(argv=None):
@@ -449,54 +388,21 @@ def main(argv=None):
             open(os.path.join(args.out, f), "w").close()
     except OSError as e:
         fail(f"--out={args.out}: {e}")
-    if args.part:  # one phase, run by phase() in the process it started: its result on one line
+    if args.part:
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # stopped at its limit: finally blocks run
-        fname, fargs, fkw = json.loads(args.part)
-        print("RESULT " + json.dumps(globals()[fname](*fargs, **fkw)), flush=True)
+        if dry:  # every compile with --backend, generate()'s and bench's too (inductor's C++ build takes minutes)
+            torch.compile = functools.partial(torch.compile, backend=backend)
+        run_part({**vars(gpu_deep), **globals()}, *json.loads(args.part))
         sys.exit(0)
 
     t_start = time.time()
-    say(f"# gpu_check.py{' --dry' if dry else ''}: {name} preset, batch {batch} x {preset(name, **shape).block_size}, "
+    say(f"# gpu_check.py{' --deep' * args.deep}{' --dry' * dry}: {name} preset, batch {batch} x "
+        f"{preset(name, **shape).block_size}, "
         f"{'dry run: nothing here is a measurement' if dry else 'bf16 autocast, torch.compile'}")
     say(f"\n{versions()}\n")
-    if "designs" in args.only:
-        say("MFU counts attention with no causal discount (flops.py's convention); MFU (causal) counts half of it. "
-            "Eager against compiled: one training micro-step at the same weights.\n")
-        design_rows([(a, a, {}) for a in DESIGNS])
-    if "runs" in args.only:
-        say(f"\ntiny train.py runs on {device}:")
-        r = phase("tiny runs", 60, tiny_runs)
-        for line in [r] if isinstance(r, str) else r:
-            say(f"- {line}")
-    if "tokens" in args.only and not dry:  # dry: inductor's C++ build would take minutes
-        say(f"\nCUDA-graph decode: {phase('CUDA-graph decode', 30, graphs_same_tokens)}")
-    if "decode" in args.only:
-        say(f"\ndecode tokens/s (GB/s of the cache and weights a step reads, flops.decode_bytes, and its share of the "
-            f"peak bandwidth), {decode_cfg().n_layer} layers (bench.decode_bench: each step over exactly that context)\n")
-        columns = list(design_cfgs(decode_cfg()))  # decode()'s, in its order
-        say("| mode @context x batch | " + " | ".join(columns) + " |")
-        say("|" + "---|" * (1 + len(columns)))
-        # batch 1 eager and as a CUDA graph; then compiled where the cache dominates. dry: eager
-        # only (inductor's C++ build would take minutes)
-        plan = ([("eager", batches[0], 20), ("eager", batches[1], 20)] if dry else
-                [("eager", batches[0], 20), ("graphs", batches[0], 40), ("compiled", batches[1], 40)])
-        for mode, B, limit in plan:
-            what = f"{mode} @{context} x{B}"
-            say(decode_row(what, phase(f"decode {what}", limit, decode, mode, B)))
-    if "variants" in args.only:
-        say("\nMLA at DeepSeek's widths and the factored LRKV:\n")
-        design_rows([("mla-ds", "mla", dict(mla_deepseek=True)), ("lrkv-f", "lrkv", dict(lrkv_factored=True))])
-    if "512m-8k" in args.only:
-        say(f"\nthe figure's shape, 512m-8k, batch 1 x 8192{', 2 of its 24 layers' if not dry else ' (dry: the tiny shape)'}:\n")
-        design_rows([(f"{a} 512m-8k", a, {}) for a in ("mha", "lrkv")], size=("512m-8k", 1))
-    if "memory" in args.only:  # asked for: its five phases do not fit the default budget
-        say(f"\nmemory, the whole 512m-8k model{' (dry: the tiny shape)' if dry else ''}, batch 1 x 8192, "
-            "two eager bf16 steps with train.py's optimisers:\n")
-        say("| design | peak GiB | estimate GiB (flops.memory_per_gpu) |")
-        say("|---|---|---|")
-        for a in DESIGNS:
-            r = phase(f"memory {a}", 40, memory, a)
-            say(r if not isinstance(r, Stopped) else f"| {a} | {r} |")
+    flags = ["--dry"] * dry + ["--deep"] * args.deep + [f"--out={args.out}", f"--budget={args.budget}"]
+    run_plan(plan(), PHASE_CMD + flags + [f"--backend={args.backend}"] * bool(args.backend), args.budget, t_start,
+             say, jsonl)
     say(f"\n({time.time() - t_start:.0f} s; written to {os.path.join(args.out, 'results.md')})")
 
 
