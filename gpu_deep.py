@@ -144,15 +144,20 @@ def train_runs(which, device, backend, **_):
             firsts = [next((r["dt"] for r in map(json.loads, open(f)) if "dt" in r), None) for f in logs
                       if os.path.exists(f)]
             return dict(compile_s=max([t for t in firsts if t is not None], default=None))
-        finally:  # a phase stopped at its limit leaves no run behind: SIGTERM lets torchrun stop its ranks
-            for p in started:
-                p.terminate()
-            for p in started:
-                try:
-                    p.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
+        finally:  # a phase stopped at its limit leaves no run behind
+            stop(started)
+
+
+def stop(procs):
+    # SIGTERM first, which lets torchrun stop its ranks; SIGKILL what has not ended in 10 s
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
 
 
 # -----------------------------------------------------------------------------
