@@ -341,11 +341,11 @@ def print_recall(model, meta, args):
     """MQAR test accuracy at the answers over pair counts N/2, N, 2N, 4N (N: the training's, 16 for
     a text model) and lengths T, 2T, 4T (T: its context), on the test split's examples."""
     tc, T, V = meta["train_config"], model.cfg.block_size, model.cfg.vocab_size
-    N, alpha = tc.get("mqar_pairs", 16), tc.get("mqar_alpha", 0.01)
-    N = max(N) if isinstance(N, list) else N  # a mixture's largest count
+    trained, alpha = tc.get("mqar_pairs", 16), tc.get("mqar_alpha", 0.01)
+    N = max(trained) if isinstance(trained, list) else trained  # a mixture's largest count
     lengths, counts = [T, 2 * T, 4 * T], sorted({max(1, N // 2), N, 2 * N, 4 * N})
     print(f"MQAR test accuracy of {args.checkpoint} ({model.cfg.attn}; trained on "
-          f"{N if tc.get('dataset') == 'mqar' else 'no'} pairs at length {T}), {args.examples} sequences a cell, "
+          f"{trained if tc.get('dataset') == 'mqar' else 'no'} pairs at length {T}), {args.examples} sequences a cell, "
           f"'-' where the pairs do not fit (length >= 4 pairs, 2 pairs <= vocab_size {V} / 2):")
     print("| pairs | " + " | ".join(f"length {L}" for L in lengths) + " |")
     print("|---:|" + "---:|" * len(lengths))
