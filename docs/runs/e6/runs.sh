@@ -5,6 +5,9 @@
 #   LR=0.01 bash docs/runs/e6/runs.sh validity   # stage B: MHA at the chosen rate, seeds 200-211 -> out/e6b
 #   LR=0.01 bash docs/runs/e6/runs.sh main       # the designs and the window, seeds 0-15 -> out/e6
 #   DRY=1 ...                             # print the commands only
+# A run whose log with a score is committed under $DONE (docs/runs) is skipped. E6's runs are all
+# made at e6b7670: git worktree add ../e6 e6b7670, then from there
+#   LR=0.005 DONE=$PWD/docs/runs bash $PWD/docs/runs/e6/runs.sh main   ($PWD: this checkout)
 # The table and figure: python plot.py docs/runs/e6 --recall --reference docs/runs/e6b
 set -euo pipefail
 stage=${1:?usage: bash docs/runs/e6/runs.sh pilot|validity|main}
@@ -21,7 +24,10 @@ runs() {
 }
 if [ -n "${DRY:-}" ]; then runs; exit 0; fi
 mkdir -p out
+export DONE=${DONE:-docs/runs}  # where committed logs live: from a worktree pinned at another commit,
+                                # DONE=/path/to/main/docs/runs
 runs | OMP_NUM_THREADS=1 xargs -P 2 -L 1 bash -c \
-  'r=; [ -e out/$0/$1/log.jsonl ] && r=--resume  # a kill left it: finish it
+  'grep -qs "\"score\"" "$DONE/$0/$1/log.jsonl" && exit 0  # finished and committed: skip it
+   r=; [ -e out/$0/$1/log.jsonl ] && r=--resume  # a kill left it: finish it
    python train.py config/mqar.py --out_dir=out/$0 --run_name=$1 $r "${@:2}" > /dev/null 2>> out/$0.err ||
      echo "$1 failed" >> out/$0.err'
