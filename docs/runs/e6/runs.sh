@@ -2,8 +2,8 @@
 # E6's runs (docs/plan.md), two at a time on one thread each, resumable: the same command finishes
 # what a kill left. From the repository root:
 #   bash docs/runs/e6/runs.sh pilot       # stage A: MHA at three rates, seeds 100-101 -> out/e6a
-#   LR=0.01 bash docs/runs/e6/runs.sh validity   # stage B: MHA at the chosen rate, seeds 200-211 -> out/e6b
-#   LR=0.01 bash docs/runs/e6/runs.sh main       # the designs and the window, seeds 0-15 -> out/e6
+#   LR=0.005 bash docs/runs/e6/runs.sh validity  # stage B: MHA at the chosen rate, seeds 200-211 -> out/e6b
+#   LR=0.005 bash docs/runs/e6/runs.sh main      # the designs and the window, seeds 0-15 -> out/e6
 #   DRY=1 ...                             # print the commands only
 # A run whose log with a score is committed under $DONE (docs/runs) is skipped. E6's runs are all
 # made at e6b7670: git worktree add ../e6 e6b7670, then from there
