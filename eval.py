@@ -87,8 +87,8 @@ class Text:
     metric, unit = "bpb", "token"
 
     def __init__(self, dataset_dir, T, token_bytes, device, rank=0, world=1, eval_tokens=None):
-        self.train, self.val, self.test = (load_split(dataset_dir, s, T + 1) for s in ("train", "val", "test"))
-        self.held = {"val": self.val, "test": self.test}
+        self.train, val, test = (load_split(dataset_dir, s, T + 1) for s in ("train", "val", "test"))
+        self.held = {"val": val, "test": test}
         self.held_out = {s: read_meta(dataset_dir)[f"{s}_docs"] for s in ("val", "test")}
         self.n_train = sum(map(len, self.train)) if isinstance(self.train, list) else len(self.train)
         self.T, self.curve_part, self.where = T, eval_tokens, (token_bytes, device, rank, world)

@@ -73,7 +73,7 @@ class MQAR:
         self.pairs = [pairs] if isinstance(pairs, int) else list(pairs)
         for N in self.pairs:
             check(seq_len, N, vocab_size)
-        self.T, self.V, self.alpha, self.examples = seq_len, vocab_size, alpha, examples
+        self.T, self.V, self.alpha = seq_len, vocab_size, alpha
         self.held = {s: {N: mqar(examples, seq_len, N, vocab_size, (*split_seed(s), N), alpha) for N in self.pairs}
                      for s in ("val", "test")}
         self.held_out = {s: f"recall.mqar, {examples} a count, seeds {[(*split_seed(s), N) for N in self.pairs]}"

@@ -29,7 +29,7 @@ import configurator
 import flops
 import muon
 import track
-from common import (autocast, device_memory, device_name, fail, native_bf16, resolve_device, resolve_dtype)
+from common import autocast, device_memory, device_name, fail, native_bf16, resolve_device, resolve_dtype
 from eval import Text
 from model import GPT, PRESETS, GPTConfig, preset as model_preset
 from prepare import prepare
