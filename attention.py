@@ -8,13 +8,11 @@ what differs is how keys and values are made and what a KV cache must keep per t
     mla               MLA                     latent c_kv and one RoPE key k_pe  d_c + d_r
     lrkv              LRKV                    shared K/V, rank-r latents, norms  2·d_h + 2·H·r + H
 
-forward(x, cos, sin, cache=None, pos=None, mask=None): cos/sin are the RoPE tables for every
-position. Without a cache the T tokens sit at positions 0..T-1 (training). With a KVCache and pos
-None they are a prefill at 0..T-1: the training path, and the cache stores what the design keeps.
-With pos, a (T,) tensor of positions, they are decoded: written into the cache there, they attend
-over all of it under a mask, so shapes never depend on the position and one compiled step serves
-them all. A left-padded batch is the one case with a mask (B, 1, T, positions) of the positions
-each token sees (padded(), from GPT.forward), and tables (B, positions, d/2) of each row's own.
+forward(x, cos, sin, cache=None, pos=None, mask=None), cos/sin the RoPE tables of every position.
+No cache: training, tokens at 0..T-1. A KVCache and pos None: a prefill, the training path, and the
+cache stores what the design keeps. pos, a (T,) tensor: decoding, the tokens written there attend
+over the whole cache under a mask, so one compiled step serves every position. Only a left-padded
+batch brings a mask (B, 1, T, positions) and each row's own tables (B, positions, d/2) (GPT.forward).
 Each class reads in that order: its training path (the paper's equations), then its decode path.
 """
 import math
@@ -33,10 +31,9 @@ def rms_inv(x):
 
 
 class RMSNorm(torch.autograd.Function):
-    """Parameter-free RMSNorm over the last dim (nanochat's), y = x / rms(x), with its gradient
-    written out, dx = (g - y·mean(g·y)) / rms(x), one pass where F.rms_norm's backward on a CPU is
-    a chain of autograd ops. Computed in fp32 (as CUDA's autocast runs rms_norm) and returned in
-    x's dtype, so normalised q, k and the keys cached stay bf16 under autocast."""
+    """Parameter-free RMSNorm over the last dim (nanochat's), y = x / rms(x), its gradient written out,
+    dx = (g - y·mean(g·y)) / rms(x): one pass, where F.rms_norm's CPU backward is a chain of ops.
+    In fp32 (as CUDA's autocast runs rms_norm), returned in x's dtype: cached keys stay bf16."""
 
     @staticmethod
     def forward(ctx, x):
@@ -91,11 +88,10 @@ def attend(q, k, v, scale=None, mask=None, window=0):
             return F.scaled_dot_product_attention(q, k, v, band(Tq, window, q.device), scale=scale,
                                                   enable_gqa=Hkv != H)
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=Hkv != H)
-    # after a cache, mask (Tq, Tk) says which slots each new token sees (a padded batch: (B, 1, Tq,
-    # Tk), the one case a prefill has a mask): two matmuls, as LRKV's
-    # decode. On a GPU a fused attention kernel gives batch-1 decode one thread block per K/V head
-    # (one for MQA and MLA), each reading the whole cache alone; a matmul spreads over the cache.
-    # The G = H/Hkv query heads of a group read one K/V head: fold them into the query length.
+    # mask (Tq, Tk), or a padded batch's (B, 1, Tq, Tk): the slots each token sees. Two matmuls, as
+    # LRKV's decode: a fused kernel gives batch-1 decode one GPU thread block per K/V head (one for
+    # MQA and MLA), each reading the whole cache; a matmul spreads over it. The G = H/Hkv query heads
+    # of a group read one K/V head: fold them into the query length.
     G = H // Hkv
     q = q.reshape(B, Hkv, G * Tq, D)
     att = (q @ k.transpose(-2, -1)) * (scale if scale is not None else 1 / math.sqrt(D))  # (B, Hkv, G·Tq, Tk)
@@ -104,18 +100,14 @@ def attend(q, k, v, scale=None, mask=None, window=0):
 
 
 class KVCache:
-    """One layer's cache: head-major buffers (B, heads, slots, d) of what a design keeps per token,
-    allocated at the first write, zeroed (a slot not yet written is masked, and must not hold a NaN).
-    Head-major: each head's tokens are one contiguous (slots, d) block, which the decode step's
-    batched matmuls read where it lies at any batch size ((B, slots, heads, d), read through a
-    transpose, was copied whole every step). It holds max_len tokens, or with a sliding window only
-    the last `window`: a ring of slots = min(max_len, window), position p in slot p % slots, so the
-    cache stops growing at the window. write() takes the new tokens as (B, heads, T, d), stores
-    them in place and returns every buffer whole, with the mask (T, slots) of the slots each new
-    token may attend to (visible). A prefill returns its mask as given: None, fused causal
-    attention, unless the batch is padded. n counts the tokens
-    cached by the plain calls of GPT.forward; a call with explicit positions (the compiled decode
-    step) leaves it to the caller."""
+    """One layer's cache: zeroed head-major buffers (B, heads, slots, d) of what a design keeps per
+    token (a slot not yet written is masked, and must not hold a NaN). Head-major: each head's tokens
+    are one contiguous block, which decode's batched matmuls read in place ((B, slots, heads, d) was
+    copied whole every step). max_len tokens, or with a sliding window a ring of slots =
+    min(max_len, window), position p in slot p % slots. write() stores the new tokens (B, heads, T, d)
+    and returns every buffer whole with the mask (T, slots) of what each may attend to (visible); a
+    prefill's mask as given (None: fused causal). n counts the tokens the plain calls of GPT.forward
+    cached; a call with explicit positions (the compiled decode step) leaves it to the caller."""
 
     def __init__(self, max_len, window=0):
         self.max_len, self.window, self.n, self.buf = max_len, window, 0, {}
@@ -131,16 +123,14 @@ class KVCache:
         for name, x in new.items():
             if name not in self.buf:
                 self.buf[name] = x.new_zeros(*x.shape[:2], self.slots, x.size(3))
-                if not torch.compiler.is_compiling():
-                    # one address for the cache's life: a compiled decode step run as a CUDA graph
-                    # (mode="reduce-overhead") then writes it in place instead of copying it in and out
+                if not torch.compiler.is_compiling():  # one address for the cache's life: a decode step
+                    # compiled as a CUDA graph (reduce-overhead) writes it in place, not copied in and out
                     torch._dynamo.mark_static_address(self.buf[name])
             if pos is None and x.size(2) <= self.slots:  # a prefill at positions 0..T-1
                 self.buf[name][:, :, :x.size(2)] = x
             elif pos is None:  # a prefill longer than the ring: its last `slots` tokens, where they wrap to
-                T = x.size(2)
-                self.buf[name].index_copy_(2, torch.arange(T - self.slots, T, device=x.device) % self.slots,
-                                           x[:, :, -self.slots:])
+                at = torch.arange(x.size(2) - self.slots, x.size(2), device=x.device) % self.slots
+                self.buf[name].index_copy_(2, at, x[:, :, -self.slots:])
             else:
                 self.buf[name].index_copy_(2, pos % self.slots, x)
         return self.buf, mask if pos is None else self.visible(pos, mask)
@@ -197,9 +187,8 @@ class MLA(nn.Module):
     Widths: equal (d_n = d_h - d_r, so q, k and v are all d_h wide) or DeepSeek's (cfg.mla_deepseek:
     d_n = d_h, q/k d_h + d_r wide, v d_h, and a learnable kv_norm weight). No QK-norm: it would
     block absorption, so cfg.attn_scale does not apply and the scale is 1/√(d_n + d_r).
-    Training and prefill build full K and V (naive, fused causal attention). The cache holds only
-    c_kv and k_pe (d_c + d_r per token); decoding absorbs W_uk into the query and W_uv after
-    attention, so it never builds K or V."""
+    Training and prefill build full K and V (fused causal attention). The cache holds c_kv and k_pe,
+    d_c + d_r per token, and decoding never builds K or V (decode)."""
 
     rope = "mla_rope_dim"  # only the decoupled d_r-wide part rotates
 
@@ -269,10 +258,9 @@ class MLA(nn.Module):
 class LRKV(nn.Module):
     """Low-rank key-value attention (arXiv 2601.11471 §3). Per layer a shared K/V head W_s and
     per head rank-r residuals: K_h = X W_s^K + (X U_h^K) B_h^Kᵀ (Eq. 2), V_h likewise (Eq. 3).
-    Training materialises full K_h, V_h, then RoPE and QK-norm exactly as MHA. The cache holds
-    X W_s^K (rotated), X W_s^V (d_h each), the latents R_h = X U_h (r each, per head) and each
-    head's key norm: 2·d_h + 2·H·r + H (the paper counts 2·d_h + 2·H·r; the H norms save decode
-    from rebuilding every key).
+    Training materialises full K_h, V_h, then RoPE and QK-norm as MHA. The cache holds X W_s^K
+    (rotated), X W_s^V, the latents R_h = X U_h and each head's key norm: 2·d_h + 2·H·r + H (the
+    paper counts 2·d_h + 2·H·r; the H norms save decode from rebuilding every key).
     lrkv_factored (beyond the paper): RoPE on the shared key only, K_h = RoPE(K_s) + R_h B_hᵀ, so
     q·K_h = q·RoPE(K_s) + (q B_h)·R_h exactly (the paper's Eq. 6, made true): decode absorbs B_h
     into the query and reads only the small cache, as MLA does with its decoupled k_pe.

@@ -14,6 +14,7 @@ import json
 import os
 import re
 import shutil
+import sys
 from dataclasses import asdict
 
 import torch
@@ -138,6 +139,27 @@ def restore(run_dir, fsdp, model, optims, scaler, model_config, device):
     if ckpt["rng"]["cuda"] is not None and device.startswith("cuda"):
         torch.cuda.set_rng_state(ckpt["rng"]["cuda"], device)
     return meta_of(ckpt)
+
+
+def resume(run_dir, fsdp, model, optims, scaler, model_config, device, train_config, master):
+    """--resume: (the checkpoint's step, the last step the log holds: -1 none, or not rank 0), with
+    the checkpoint loaded in place. The steps a killed run logged after its checkpoint are redone
+    exactly, so not logged again, unless another schedule makes them differ: then their lines are
+    dropped. Killed before its first checkpoint, the run starts again from step 0."""
+    meta = restore(run_dir, fsdp, model, optims, scaler, model_config, device)
+    start, max_iters = meta["step"] if meta else 0, train_config["max_iters"]
+    if start > max_iters:
+        fail(f"{run_dir} is at step {start}, past --max_iters={max_iters}; pass a larger "
+             f"--max_iters to train on, or start a new --run_name")
+    old = meta["train_config"] if meta else train_config
+    changed = [k for k in train_config if (k in ("max_iters", "warmup_iters", "min_lr_frac")
+                                           or k.endswith("_lr")) and old.get(k) != train_config[k]]
+    if changed and master and start < max_iters:
+        print("warning: resuming with another schedule (" + ", ".join(
+            f"{k} {old.get(k)} -> {train_config[k]}" for k in changed) + f"): steps after {start} follow "
+            "the new one", file=sys.stderr)
+    log_path = os.path.join(run_dir, "log.jsonl")
+    return start, logged(log_path, model_config, start if changed else None) if master else -1
 
 
 def logged(log_path, model_config, drop_after=None):

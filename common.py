@@ -142,6 +142,16 @@ def device_name(device):
         return platform.processor() or platform.machine() or "cpu"
 
 
+def git_commit():
+    # the code's commit, for a run's log: "" where it is no git checkout or git is not installed
+    import subprocess
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+    except OSError:
+        return ""
+
+
 def host_memory():
     # bytes of RAM on this machine
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

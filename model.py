@@ -36,9 +36,8 @@ class GPTConfig:
     mlp_hidden: int = None  # the MLP's width; None = 4·n_embd (train.py --match_params sizes it to MHA's count)
 
     def __post_init__(self):
-        # resolve the chosen design's defaults into concrete values, so a saved config says exactly
-        # what ran; the other designs' fields are left as given, so dataclasses.replace(cfg, attn=...)
-        # builds that design with cfg's own setting for it
+        # the chosen design's defaults made concrete, so a saved config says exactly what ran; other
+        # designs' fields stay as given: dataclasses.replace(cfg, attn=...) builds one with cfg's setting
         def bad(field, msg):
             raise ValueError(f"{field}={getattr(self, field)!r}: {msg}")
         if self.attn not in DESIGNS:
@@ -58,15 +57,12 @@ class GPTConfig:
             divisors = [g for g in range(2, H) if H % g == 0] or [1]
             self.n_kv_head = min(divisors, key=lambda g: (abs(g - H / 4), -g))
         if self.attn == "lrkv":
-            if self.lrkv_rank is None:
-                self.lrkv_rank = max(1, round(0.4 * d_h))
+            self.lrkv_rank = max(1, round(0.4 * d_h)) if self.lrkv_rank is None else self.lrkv_rank
             if not 0 < self.lrkv_rank <= d_h:
                 bad("lrkv_rank", f"must be in 1..head_dim={d_h} (r = 0 is MQA: use --attn=mqa)")
         if self.attn == "mla":
-            if self.mla_kv_rank is None:
-                self.mla_kv_rank = d_h
-            if self.mla_rope_dim is None:
-                self.mla_rope_dim = d_h // 2
+            self.mla_kv_rank = d_h if self.mla_kv_rank is None else self.mla_kv_rank
+            self.mla_rope_dim = d_h // 2 if self.mla_rope_dim is None else self.mla_rope_dim
             if self.mla_kv_rank < 1:
                 bad("mla_kv_rank", "the latent size d_c must be at least 1")
             top = d_h if self.mla_deepseek else d_h - 2  # equal widths split d_h into d_n + d_r
@@ -75,15 +71,13 @@ class GPTConfig:
                     f"{'' if self.mla_deepseek else ' = d_n + d_r'})")
             if self.mla_q_rank < 0:
                 bad("mla_q_rank", "must be 0 (off) or a positive rank")
-        # by what the design is, not its name, so that a design whose branch above is missing
-        # fails here, not inside its class: its own settings resolved, K/V heads dividing H
+        # by what the design is, not its name: a design whose branch above is missing fails here
         for field in (f for f in DESIGNS[self.attn].settings if getattr(self, f) is None):
             bad(field, f"--attn={self.attn} leaves it unset: give it a default in GPTConfig.__post_init__")
         Hkv = self.kv_heads if DESIGNS[self.attn].cls == "GroupedQueryAttention" else H
         if not (isinstance(Hkv, int) and 0 < Hkv <= H and H % Hkv == 0):
             bad("n_kv_head", f"K/V heads must divide n_head={H}; use one of {[g for g in range(1, H + 1) if H % g == 0]}")
-        if self.mlp_hidden is None:
-            self.mlp_hidden = 4 * self.n_embd
+        self.mlp_hidden = 4 * self.n_embd if self.mlp_hidden is None else self.mlp_hidden
         if self.mlp_hidden < 1:
             bad("mlp_hidden", "the MLP's width must be at least 1 (None: 4·n_embd)")
         if not self.attn_scale > 0:
@@ -141,8 +135,7 @@ class Block(nn.Module):
 
 
 def rope_tables(cfg):
-    # RoPE's cos and sin for every position, (T, d/2), as wide as the design's class says it
-    # rotates (MLA: d_r)
+    # RoPE's cos and sin for every position, (T, d/2), as wide as the design's class rotates (MLA: d_r)
     d = getattr(cfg, getattr(attention, DESIGNS[cfg.attn].cls).rope)
     inv_freq = cfg.rope_base ** -(torch.arange(0, d, 2, dtype=torch.float32) / d)
     angles = torch.outer(torch.arange(cfg.block_size, dtype=torch.float32), inv_freq)  # (T, d/2)
@@ -164,9 +157,8 @@ class GPT(nn.Module):
 
     def _init_weights(self, m):
         if isinstance(m, nn.Linear):
-            # std 1/√fan_in for every design's every input projection (Kaiming, gain 1), so a key or
-            # value starts at one scale whether its weight is MHA's, GQA's, W_s or W_dkv; output
-            # projections start at 0 (below)
+            # std 1/√fan_in for every input projection (Kaiming, gain 1): a key or value starts at one
+            # scale whether its weight is MHA's, GQA's, W_s or W_dkv; output projections at 0 (below)
             nn.init.normal_(m.weight, std=1 / math.sqrt(m.weight.size(1)))
         elif isinstance(m, nn.Embedding):
             nn.init.normal_(m.weight, std=1.0)
@@ -177,16 +169,13 @@ class GPT(nn.Module):
             m.init_residuals()  # W_s) are initialised first, so the 0.1 ratio is to W_s
 
     def forward(self, idx, targets=None, caches=None, pos=None, last=False, pad=None):
-        """idx (B, T) -> logits (B, T, V) and the loss if targets (training, with gradients: the loss
-        alone, logits None, see LinearCrossEntropy); idx may be the tokens' embeddings (B, T, C)
-        instead (transformers' inputs_embeds). With caches (one KVCache per
-        layer) the tokens follow the caches[0].n already cached, and n advances; with pos, a (T,)
-        tensor of positions, they are written there and n is left alone: the decode step that
-        torch.compile turns into one graph for every position. last: the logits of the last
-        position only, (B, 1, V), all that generating needs (the head is the widest matmul).
-        pad (B,): a left-padded batch, row b's first pad[b] tokens padding (generate.left_pads):
-        its token i sits at position i - pad[b], as it would alone, and no token attends to a pad.
-        The one place a mask enters attention: without pad, training and prefill stay fused causal."""
+        """idx (B, T), or embeddings (B, T, C) (transformers' inputs_embeds) -> logits (B, T, V) and
+        the loss if targets (training, with gradients: the loss alone, logits None). With caches (one
+        KVCache a layer) the tokens follow the caches[0].n cached, and n advances; with pos, a (T,)
+        tensor of positions, they are written there, n left alone: the decode step torch.compile
+        makes one graph for every position. last: the last position's logits only, (B, 1, V).
+        pad (B,): a left-padded batch (generate.left_pads), row b's token i at position i - pad[b],
+        as alone; no token attends to a pad. Without pad, training and prefill stay fused causal."""
         B, T = idx.shape[:2]
         if caches and pos is None:
             t0, c = caches[0].n, caches[0]
@@ -239,9 +228,8 @@ PRESETS = {
     "6.3b": dict(n_layer=32, n_head=32, n_embd=4096, block_size=2048, n_kv_head=2, mla_kv_rank=1024, lrkv_rank=54),
     "cpu": dict(n_layer=4, n_head=4, n_embd=128, block_size=256, vocab_size=320, n_kv_head=2, mla_kv_rank=32, lrkv_rank=13,
                 attn_scale=2.0),
-    # MQAR (config/mqar.py): the cpu preset's scale, and every design at model.py's default for the
-    # width, so a --n_embd sweep keeps each design's setting in proportion to d_h. Vocabulary 320:
-    # what E4 ran with (docs/results.md)
+    # MQAR (config/mqar.py): every design at model.py's default for the width, so a --n_embd sweep
+    # keeps each setting in proportion to d_h; vocabulary 320, as E4's
     "mqar": dict(n_layer=2, n_head=4, n_embd=64, block_size=128, vocab_size=320, attn_scale=2.0),
 }
 

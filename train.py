@@ -13,7 +13,6 @@ import datetime
 import functools
 import math
 import os
-import subprocess
 import sys
 import time
 from dataclasses import asdict
@@ -29,7 +28,7 @@ import configurator
 import flops
 import muon
 import track
-from common import autocast, device_memory, device_name, fail, native_bf16, resolve_device, resolve_dtype
+from common import autocast, device_memory, device_name, fail, git_commit, native_bf16, resolve_device, resolve_dtype
 from eval import Text
 from model import GPT, PRESETS, GPTConfig, preset as model_preset
 from prepare import prepare
@@ -42,32 +41,27 @@ out_dir = "out"  # runs go to out_dir/run_name/
 run_name = ""  # default: {preset}_{attn}_s{seed}; not --run, which torchrun takes for its --run_path
 resume = False  # continue the run in out_dir/run_name from its checkpoint (or from step 0 if it has none)
 seed = 0  # initialisation and batch order
-check = False  # check the flags, the shape and the memory, then exit, writing nothing
-               # (reproduce.sh does, before its first run)
+check = False  # check the flags, the shape and the memory, then exit, writing nothing (reproduce.sh)
 # model: a preset's shape (model.PRESETS), any field overridden
 preset = "cpu"  # the shape, from model.PRESETS; the fields below override it
 attn = "mha"  # the KV design: mha, gqa, mqa, mla or lrkv
 n_layer = n_head = n_embd = block_size = vocab_size = None  # None = the preset's (vocab: the data's, padded)
-n_kv_head = lrkv_rank = mla_kv_rank = mla_rope_dim = mla_q_rank = None  # None = the preset's,
-                                                                        # or model.py's default
+n_kv_head = lrkv_rank = mla_kv_rank = mla_rope_dim = mla_q_rank = None  # None: the preset's or model.py's
 mla_deepseek = None  # MLA with DeepSeek's widths (d_n = d_h) and a learnable kv_norm weight
 lrkv_factored = None  # LRKV with RoPE on the shared key only, K_h = RoPE(K_s) + R B_hᵀ: exact absorbed decode
 window = None  # attend to the last `window` tokens only (sliding window, any design); None/0 = all
-attn_scale = None  # multiplier of the QK-normed designs' softmax scale 1/√d_h
-                   # (cpu preset 2.0, paper presets 1.0)
+attn_scale = None  # multiplies the QK-normed designs' softmax scale 1/√d_h (cpu preset 2, paper's 1)
 mlp_hidden = None  # the MLP's width; None = 4·n_embd
 match_params = False  # size the MLP so the model has standard MHA's parameter count (flops.match_params)
 # data
 data_dir = "data"  # prepared datasets live in data_dir/<dataset>_<tokenizer>/
-dataset = "shakespeare"  # shakespeare (embedded, prepared on first use), fineweb, your own
-                         # (prepare.py text), or mqar: recall examples made from the seed (recall.py)
+dataset = "shakespeare"  # shakespeare (embedded), fineweb, your own (prepare.py), or mqar (recall.py)
 mqar_pairs = [16]  # mqar: key-value pairs a sequence (its length is block_size, its tokens vocab_size);
                    # several, e.g. [4,8,16,32]: a mixture, each count an equal share, scored apart
 mqar_alpha = 0.01  # mqar: how far queries sit from the pairs, a power law (small: near)
 mqar_examples = 1024  # mqar: the fixed val and test sets; the learning curve reads a quarter
 tokenizer = "byte"  # byte for CPU runs, gpt2 for real ones
-eval_tokens = 65536  # the learning curve's test tokens, spread over the test split; the last
-                     # step also scores every token of the val and test splits
+eval_tokens = 65536  # the learning curve's test tokens; the last step scores all of val and test
 # batch and length
 batch_size = 16  # sequences per rank per micro-step
 total_batch_tokens = 16 * 256  # global tokens per optimiser step, fixed whatever the world size
@@ -88,21 +82,17 @@ grad_clip = 1.0  # global gradient-norm clip (0: off)
 # logging and checkpoints
 eval_interval = 50  # steps between test-loss evaluations (and the last step)
 log_interval = 10  # steps between log lines (and eval steps)
-ckpt_interval = None  # steps between checkpoints (None: eval_interval; 0: off);
-                      # one is always written at the end
+ckpt_interval = None  # steps between checkpoints (None: eval_interval; 0: off), and one at the end
 ckpt_minutes = 0.0  # also a checkpoint when this many minutes passed since the last one (0: off)
 tracker = "none"  # none, trackio or wandb: also send the config and every log line there (track.py)
 tracker_project = "nanokv"  # the tracker's project; the tracked run is named run_name
 # system
 device = "auto"  # auto: cuda:LOCAL_RANK if available, else cpu; or cpu, cuda, cuda:N, mps
 compile = "auto"  # auto: on for cuda
-dtype = "auto"  # autocast precision: auto = bf16 on CUDA if supported,
-                # else fp16 (with a GradScaler); fp32 on CPU
+dtype = "auto"  # autocast precision: auto = bf16 on CUDA if native, else fp16 (GradScaler); CPU fp32
 fsdp = False  # shard weights, gradients and optimiser state across ranks (FSDP2) instead of DDP's full copies
-activation_checkpointing = False  # recompute each block's activations in backward:
-                                  # far less memory, ~1/3 more compute
-memory_limit_gb = 0.0  # refuse a run whose estimated memory per rank exceeds this
-                       # (0: the GPU's, or the host's RAM)
+activation_checkpointing = False  # recompute each block in backward: far less memory, ~1/3 more compute
+memory_limit_gb = 0.0  # refuse a run whose estimated memory per rank exceeds this (0: the GPU's or RAM)
 # -----------------------------------------------------------------------------
 config_keys = configurator.configure(__file__, globals(), sys.argv[1:], __doc__)
 # counts the run divides by or counts to: below these, a crash or a run that never ends
@@ -114,8 +104,7 @@ max_iters = max_iters or -(-train_tokens // total_batch_tokens)
 run_name = run_name or f"{preset}_{attn}_s{seed}"
 run_dir = os.path.join(out_dir, run_name)
 track.check(tracker)  # a missing package is said now, before anything is written
-# as the checkpoint and the log's header save it
-train_config = {k: globals()[k] for k in config_keys}
+train_config = {k: globals()[k] for k in config_keys}  # as the checkpoint and the log's header save it
 
 # distributed (torchrun sets RANK): NCCL on GPUs, gloo on the CPU
 ddp = "RANK" in os.environ
@@ -130,13 +119,11 @@ if ddp:
     # rank 0 writes checkpoints while the others wait at a barrier: allow an hour, not NCCL's 10 minutes
     dist.init_process_group("nccl" if cuda else "gloo", timeout=datetime.timedelta(hours=1))
 if fsdp and not ddp:
-    fail("--fsdp shards the model across ranks: launch with torchrun --nproc_per_node=N (N >= 2), "
-         "or drop --fsdp")
+    fail("--fsdp shards the model across ranks: launch with torchrun --nproc_per_node=N (N >= 2), or drop it")
 log = print if master else (lambda *a, **k: None)
 warn = lambda msg: log(f"warning: {msg}", file=sys.stderr)  # noqa: E731
 
-# precision: autocast to bf16 or fp16 (fp16 with a loss scaler, whose range it needs);
-# TF32 matmuls on GPUs
+# precision: autocast to bf16 or fp16 (fp16 with a loss scaler, whose range it needs); TF32 on GPUs
 dtype = resolve_dtype(dtype, device)
 if fsdp and dtype == "fp16":
     fail("--fsdp trains in bf16 or fp32 (fp16's loss scaler is not sharded here); "
@@ -145,8 +132,7 @@ compile = cuda if compile == "auto" else compile
 if cuda:
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
 amp = autocast(device, dtype)
-# a no-op unless fp16
-scaler = torch.amp.GradScaler(device.partition(":")[0], enabled=dtype == "fp16")
+scaler = torch.amp.GradScaler(device.partition(":")[0], enabled=dtype == "fp16")  # a no-op unless fp16
 
 # the model's shape, and whether a rank's share of the run fits in memory
 try:
@@ -168,8 +154,7 @@ if match_params:
         fail("--match_params chooses mlp_hidden itself: pass one of the two")
     model_config = flops.match_params(model_config)
 if model_config.vocab_size < tok.vocab_size and not mqar:
-    fail(f"vocab_size={model_config.vocab_size} is smaller than the {tokenizer} tokenizer's "
-         f"{tok.vocab_size}")
+    fail(f"vocab_size={model_config.vocab_size} is smaller than the {tokenizer} tokenizer's {tok.vocab_size}")
 T = model_config.block_size
 if total_batch_tokens % (batch_size * T * world):
     fail(f"total_batch_tokens={total_batch_tokens} must be a multiple of batch_size·block_size·"
@@ -200,23 +185,19 @@ if not mqar:
         task = Text(dataset_dir, T, tok.token_bytes(), device, rank, world, eval_tokens)
     except (FileNotFoundError, ValueError) as e:
         fail(str(e))
-n_train = task.n_train
-if max_iters * total_batch_tokens > n_train:
-    warn(f"{max_iters} steps x {total_batch_tokens} tokens is "
-         f"{max_iters * total_batch_tokens / n_train:.1f} times the {n_train:,} training tokens of "
-         f"{dataset}: the run will see its data more than once")
+if max_iters * total_batch_tokens > task.n_train:
+    warn(f"{max_iters} steps x {total_batch_tokens} tokens is {max_iters * total_batch_tokens / task.n_train:.1f} "
+         f"times the {task.n_train:,} training tokens of {dataset}: the run will see its data more than once")
 if warmup_iters >= max_iters:
     warn(f"warmup_iters={warmup_iters} >= max_iters={max_iters}: the run never leaves warm-up")
 
 
 def get_batch(step):
-    """This rank's grad_accum micro-batches of the step's global batch, a function of
-    (seed, step)."""
+    """This rank's grad_accum micro-batches of the step's global batch, a function of (seed, step)."""
     mine = slice(rank * batch_size * grad_accum, (rank + 1) * batch_size * grad_accum)
     xy = torch.stack(task.batch(step, seed, batch_size * grad_accum * world, mine))  # (2, grad_accum·B, T)
     xy = xy.view(2, grad_accum, batch_size, T)
-    # the copy overlaps the GPU's work
-    xy = xy.pin_memory().to(device, non_blocking=True) if cuda else xy
+    xy = xy.pin_memory().to(device, non_blocking=True) if cuda else xy  # the copy overlaps the GPU's work
     return list(zip(xy[0], xy[1]))
 
 
@@ -227,13 +208,10 @@ with torch.device(device):
 if activation_checkpointing:  # each block keeps only its input; backward recomputes the rest
     for block in model.h:
         block.forward = functools.partial(checkpoint, block.forward, use_reentrant=False)
-if fsdp:  # each block, then the rest, as DTensors sharded on dim 0;
-    # gathered whole for each block's compute
-    # bf16 as DDP's autocast computes it: a block's weights gathered in bf16 (autocast would cast
-    # them so for its matmuls), its fp32 input left alone; the embedding and head stay fp32, so
-    # the residual stream is fp32 as under DDP; gradients reduced in fp32
-    bf16 = dtype == "bf16"
-    block_mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if bf16 else None,
+if fsdp:  # each block, then the rest, as DTensors sharded on dim 0, gathered whole for each block's compute
+    # bf16 as DDP's autocast computes it: a block's weights gathered in bf16, its fp32 input left
+    # alone; embedding and head fp32, so the residual stream is fp32 as under DDP; gradients in fp32
+    block_mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if dtype == "bf16" else None,
                                     reduce_dtype=torch.float32, cast_forward_inputs=False)
     for block in model.h:
         fully_shard(block, mp_policy=block_mp)
@@ -256,34 +234,18 @@ def lr_frac(step):
     return min_lr_frac + (1 - min_lr_frac) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
-# resume: the last checkpoint's weights, optimiser, scaler and RNG states, and its step
+# resume: the last checkpoint's weights, optimiser, scaler and RNG states, and its step; the steps
+# a killed run logged after it are redone, not logged again (last_logged)
 log_path = os.path.join(run_dir, "log.jsonl")
-start, changed = 0, []
+start, last_logged = 0, -1
 if resume:
-    meta = ckpt.restore(run_dir, fsdp, model, optims, scaler, asdict(model_config), device)
-    if meta:  # None: killed before its first checkpoint, so it starts again from step 0
-        start, old = meta["step"], meta["train_config"]
-        if start > max_iters:
-            fail(f"{run_dir} is at step {start}, past --max_iters={max_iters}; pass a larger "
-                 f"--max_iters to train on, or start a new --run_name")
-        if start == max_iters:
-            log(f"{run_name}: already trained to step {start} = max_iters; nothing to do "
-                "(a larger --max_iters trains on)")
-            sys.exit(0)
-        changed = [k for k in config_keys
-                   if (k in ("max_iters", "warmup_iters", "min_lr_frac") or k.endswith("_lr"))
-                   and old.get(k) != train_config[k]]
-        if changed:
-            warn("resuming with another schedule ("
-                 + ", ".join(f"{k} {old.get(k)} -> {train_config[k]}" for k in changed)
-                 + f"): steps after {start} follow the new one")
+    start, last_logged = ckpt.resume(run_dir, fsdp, model, optims, scaler, asdict(model_config), device,
+                                     train_config, master)
+    if start == max_iters:
+        log(f"{run_name}: already at step {start} = max_iters, nothing to do; a larger --max_iters trains on")
+        sys.exit(0)
 elif master and os.path.exists(log_path):
-    fail(f"{run_dir} already holds a run; pass --resume to continue it or choose another "
-         "--run_name")
-# the steps a killed run logged after its checkpoint are redone exactly: not logged again, unless
-# another schedule makes them differ (then their lines are dropped)
-last_logged = (ckpt.logged(log_path, asdict(model_config), start if changed else None)
-               if resume and master else -1)
+    fail(f"{run_dir} already holds a run; pass --resume to continue it or choose another --run_name")
 if ddp:  # every rank must agree on which steps evaluate
     t = torch.tensor([last_logged], device=device)
     dist.broadcast(t, 0)
@@ -306,23 +268,16 @@ if master:
         os.makedirs(run_dir, exist_ok=True)
     except OSError as e:
         fail(f"--out_dir={out_dir}: {e}")
-    try:  # the commit, where the code is a git checkout with git installed
-        git = subprocess.run(["git", "rev-parse", "--short", "HEAD"],
-                             cwd=os.path.dirname(os.path.abspath(__file__)),
-                             capture_output=True, text=True).stdout.strip()
-    except OSError:
-        git = ""
     ckpt.append_log(log_path, dict(
         type="header", run=run_name, attn=model_config.attn, resumed=resume, start_step=start,
         config={**run_config, "run": run_name}, **flops.accounting(model_config),
-        tokens_per_step=total_batch_tokens, world_size=world, git=git,
+        tokens_per_step=total_batch_tokens, world_size=world, git=git_commit(),
         device=f"{world}x {hardware}", threads=torch.get_num_threads(), torch=torch.__version__, dtype=dtype,
         held_out=task.held_out, time=time.strftime("%Y-%m-%d %H:%M:%S")))
 tracked = (track.start(tracker, tracker_project, run_name, run_dir, run_config, resume) if master else None)
 log(f"{run_name}: {model_config.attn}, {flops.params(model_config) / 1e6:.2f}M params, "
-    f"{flops_per_token / 1e6:.2f} MFLOP/token, {total_batch_tokens} tokens/step "
-    f"({world} rank(s) x {grad_accum} micro-steps x {batch_size}x{T}), {max_iters} steps on "
-    f"{hardware}")
+    f"{flops_per_token / 1e6:.2f} MFLOP/token, {total_batch_tokens} tokens/step ({world} rank(s) x "
+    f"{grad_accum} micro-steps x {batch_size}x{T}), {max_iters} steps on {hardware}")
 
 
 # -----------------------------------------------------------------------------
@@ -345,8 +300,7 @@ while True:  # `step` optimiser steps are done
         saving = saving or bool(due)
     record = dict(type="step", step=step, tokens=step * total_batch_tokens,
                   flops=step * total_batch_tokens * flops_per_token)
-    if logging or saving:
-        # dt: the mean since the last wait
+    if logging or saving:  # dt: the mean since the last wait
         train_loss, dt = loss_sum.item(), (time.time() - t_window) / (step - window_start)
         if int(first_bad) >= 0:  # the loss is averaged over ranks, so every rank stops here
             if master:
@@ -358,8 +312,7 @@ while True:  # `step` optimiser steps are done
         tps = total_batch_tokens / dt
         record.update(train_loss=train_loss, lr=optims[0].param_groups[0]["lr"], dt=dt, tokens_per_s=tps,
                       mfu=flops_per_token * tps / (peak * world) if peak else None)
-    # not redone after a resume
-    evaluating = (step % eval_interval == 0 or last) and step > last_logged
+    evaluating = (step % eval_interval == 0 or last) and step > last_logged  # not redone after a resume
     if evaluating:
         with amp:
             record.update({f"test_{k}": v for k, v in task.score(model, "test", task.curve_part, batch_size).items()})
@@ -380,17 +333,15 @@ while True:  # `step` optimiser steps are done
         track.log(tracked, {**record, **{f"score_{k}": v for k, v in (score or {}).items() if "_" in k}})
     if saving:
         rng = dict(torch=torch.get_rng_state(), cuda=torch.cuda.get_rng_state(device) if cuda else None)
-        meta = dict(scaler=scaler.state_dict(), model_config=asdict(model_config),
-                    train_config=train_config, rng=rng)
-        ckpt.save(run_dir, step, model, optims, meta, fsdp, master)
+        ckpt.save(run_dir, step, model, optims, dict(scaler=scaler.state_dict(), rng=rng,
+                  model_config=asdict(model_config), train_config=train_config), fsdp, master)
         if ddp:
             dist.barrier()
         t_ckpt = time.time()
     if step > start and step % log_interval == 0:
         eta = (time.time() - t_start) / (step - start) * (max_iters - step)
-        log(f"step {step}/{max_iters} | loss {train_loss:.4f} | "
-            f"{total_batch_tokens / dt:,.0f} tok/s | lr x{lr_frac(step - 1):.3f} | "
-            f"ETA {eta / 60:.1f} min")
+        log(f"step {step}/{max_iters} | loss {train_loss:.4f} | {total_batch_tokens / dt:,.0f} tok/s | "
+            f"lr x{lr_frac(step - 1):.3f} | ETA {eta / 60:.1f} min")
     if last:
         break
 
@@ -407,13 +358,11 @@ while True:  # `step` optimiser steps are done
             train_model.require_backward_grad_sync = i == grad_accum - 1
         with amp:
             _, loss = train_model(x, y)
-        # fp16: scaled up so that small gradients survive
-        scaler.scale(loss / grad_accum).backward()
+        scaler.scale(loss / grad_accum).backward()  # fp16: scaled up so that small gradients survive
         loss_sum += loss.detach() / grad_accum
     if ddp:
         dist.all_reduce(loss_sum, op=dist.ReduceOp.AVG)
-    # no wait for the device
-    first_bad = torch.where((first_bad < 0) & ~loss_sum.isfinite(), step + 1, first_bad)
+    first_bad = torch.where((first_bad < 0) & ~loss_sum.isfinite(), step + 1, first_bad)  # no wait
     if grad_clip:
         for opt in optims:
             scaler.unscale_(opt)  # clip the true gradients
@@ -426,8 +375,7 @@ while True:  # `step` optimiser steps are done
 
 if tracked is not None:
     tracked.finish()
-# release what holds the process group (DDP's reducer) while the interpreter is whole,
-# then the group
+# release what holds the process group (DDP's reducer) while the interpreter is whole, then the group
 if ddp:
     del train_model
     dist.destroy_process_group()
