@@ -16,11 +16,13 @@ import textwrap
 from common import DESIGNS
 from analysis.curves import deltas, summarize
 from analysis.logs import load_runs
+from analysis.recall import SOLVED, reference_cells, solve_groups, solve_rows
 from analysis.stats import MARGIN, family, holm, paired_t, render, welch
 from analysis.sweeps import budget_pairs, lr_sweep, sweep
 
 RUNS = "docs/runs"
-RECALL = "· rebuilding (E6)"  # issue 54: E4 and E4s could not tell, E6 is its probe made again
+RECALL = "· rebuilding (E6)"  # until E6's runs are all in: E4 and E4s could not tell (issue 54)
+E6_SEEDS = 16  # E6's runs of each design and of the window (docs/plan.md); fewer: not read yet
 # the glance's columns: (experiment, header, what an established gap is called when positive and
 # when negative; None: a change in a gap, which has no equivalence margin)
 GLANCE = [("E1", "loss, paper's rate (E1)", ("behind", "ahead")),
@@ -90,31 +92,88 @@ def same_cache(path):
             f"(TOST p {r['tost']:.2g}).")
 
 
+def recall(root):
+    """E6's primary family once every run is in: {(attn, window): its row at the hardest reference
+    cell} (analysis.recall.solve_rows; MHA's row untested, the reference), or None."""
+    path = os.path.join(root, "e6")
+    if not glob.glob(os.path.join(path, "*", "log.jsonl")):
+        return None
+    groups = solve_groups(load_runs([path]))
+    if len(groups) <= len(DESIGNS) or min(len(g) for g in groups.values()) < E6_SEEDS:
+        return None
+    rows = solve_rows(groups, reference_cells(load_runs([os.path.join(root, "e6b")])))
+    N = next(r["pairs"] for r in rows if r.get("family") == "primary")
+    return {(r["attn"], r["window"]): r for r in rows
+            if r["pairs"] == N and (r.get("family") == "primary" or (r["attn"], r["window"]) == ("mha", 0))}
+
+
+def recall_cells(rows):
+    """{(attn, window): a glance cell}: runs solved, then behind, ahead or · not shown, Holm within
+    the primary family; every cell '· probe failed' unless the window is established behind MHA."""
+    window = next(r for (a, w), r in rows.items() if w)
+    passed = window["established"] and window["diff"] < 0
+    solved = lambda r: f"{r['k']}/{r['n']} ≥{SOLVED}"
+    mark = lambda r: ("behind" if r["diff"] < 0 else "ahead") if r["established"] else "· not shown"
+    return {k: "· probe failed" if not passed else solved(r) + (" " + mark(r) if "diff" in r else "")
+            for k, r in rows.items()}
+
+
 def verdict(root=RUNS):
     """(glance, full, notes): the README's table and its family rule; the full table with every
-    interval and the E5 pair (docs/results.md); the notes under the full table."""
+    interval and the E5 pair (docs/results.md); the notes under the full one."""
     cols, cache = columns(root)
+    e6 = recall(root)
+    glance_e6 = recall_cells(e6) if e6 else {}
     share = lambda a: f"{100 * cache[a]:.0f}%" if cache.get(a) else "-"  # a design E1 has no runs of: "-"
     ref = lambda a, n: ["reference"] * n if a == "mha" else None
-    short = render(["design", "KV cache", *(h for _, h, _ in GLANCE), "recall"],
-                   [[d.label, share(a), *(ref(a, len(GLANCE)) or [glance(cols[e].get(a), w) for e, _, w in GLANCE]),
-                     RECALL] for a, d in DESIGNS.items()])
+    short = [[d.label, share(a), *(ref(a, len(GLANCE)) or [glance(cols[e].get(a), w) for e, _, w in GLANCE]),
+              glance_e6.get((a, 0), RECALL)] for a, d in DESIGNS.items()]
+    short += [[r["label"], f"{100 * r['kv_pct']:.0f}%", *["-"] * len(GLANCE), glance_e6[k]]
+              for k, r in (e6 or {}).items() if k[1]]  # the window: the control that must fall behind
+    short = render(["design", "KV cache", *(h for _, h, _ in GLANCE), "recall (E6)" if e6 else "recall"], short)
     margin = {"E1": True, "E1 validation": True, "E3b": True, "E2": False, "E3a": False}
     full = render(["design", "KV cache, % of MHA", "E1: Δ MHA, paper's rate", "E1 on the validation plays",
-                   "E3b: Δ MHA, own rate", "E2: change at context 1,024", "E3a: Δ MHA per doubling of the rate"],
-                  [[d.label, share(a), *(ref(a, len(margin)) or [cell(cols[e].get(a), m) for e, m in margin.items()])]
-                   for a, d in DESIGNS.items()])
+                   "E3b: Δ MHA, own rate", "E2: change at context 1,024", "E3a: Δ MHA per doubling of the rate"]
+                  + ([f"E6: runs solving {next(iter(e6.values()))['pairs']} pairs, Δ MHA"] if e6 else []),
+                  [[d.label, share(a), *(ref(a, len(margin)) or [cell(cols[e].get(a), m) for e, m in margin.items()]),
+                    *([solve_cell(e6.get((a, 0)))] if e6 else [])] for a, d in DESIGNS.items()]
+                  + [[r["label"], f"{100 * r['kv_pct']:.0f}%", *["-"] * len(margin), solve_cell(r)]
+                     for k, r in (e6 or {}).items() if k[1]])
     tests = [(f"{name} {DESIGNS[a].label}", r) for name, col in cols.items() for a, r in col.items()
              if r and r.get("p") is not None]
+    tests += [(f"E6 {r['label']}", r) for r in (e6 or {}).values() if r.get("p") is not None]
     across = holm([r["p"] for _, r in tests])
     drop = [f"{name} (Holm p {p:.2g})" for (name, r), p in zip(tests, across) if r["established"] and p >= 0.05]
     notes = ("Δ: design minus MHA in final loss (nats per byte), mean over 12 seeds (E3a: 3), 95% interval; "
              "E2 and E3a give how Δ moves. Each column is one Holm family of its own (the plan's); "
              f"established: Holm's p < 0.05; equivalent: two one-sided tests within ±{MARGIN} nats; not shown: "
              "neither. E1 and E3b score the test plays, E1's validation column the same models on the "
-             "validation plays. Recall has no column: E4 and E4s could not tell (docs/results.md), and its "
-             f"probe is being rebuilt as E6. Corrected as one family of all {len(tests)} tests instead, "
+             f"validation plays. {recall_note(e6)} Corrected as one family of all {len(tests)} tests instead, "
              f"{len(drop)} established marks would drop: {', '.join(drop) or 'none'}.")
     e5 = same_cache(os.path.join(root, "e5"))
     wrap = lambda s: textwrap.fill(s, 100, break_on_hyphens=False, break_long_words=False)  # lines of a page
-    return short + "\n\n" + RULE, full + (f"\n\n{wrap(e5)}" if e5 else ""), wrap(notes)
+    rule = RULE + (f"\nRecall: runs of {E6_SEEDS} at test accuracy ≥{SOLVED} with "
+                   f"{next(iter(e6.values()))['pairs']} pairs, Fisher's test against MHA's." if e6 else "")
+    return short + "\n\n" + rule, full + (f"\n\n{wrap(e5)}" if e5 else ""), wrap(notes)
+
+
+def solve_cell(r):
+    """'3/16, -0.81 (Holm p 4e-05) established': runs solved, the gap in solve rate from MHA's, its mark."""
+    if r is None:
+        return "-"
+    if "diff" not in r:
+        return f"{r['k']}/{r['n']} reference"
+    return (f"{r['k']}/{r['n']}, {r['diff']:+.2f} (Holm p {r['p_holm']:.2g}) "
+            + ("established" if r["established"] else "not shown"))
+
+
+def recall_note(e6):
+    if e6 is None:
+        return ("Recall has no column: E4 and E4s could not tell (docs/results.md), and its probe is being "
+                "rebuilt as E6.")
+    window = next(r for (a, w), r in e6.items() if w)
+    return (f"E6: runs whose final test accuracy at {window['pairs']} pairs, the hardest cell MHA's validity runs "
+            f"solve, is ≥{SOLVED}; two-sided Fisher's exact test against MHA's, Holm over the {len(e6) - 1} rows "
+            f"(the plan's primary family). The check: {window['label']} must be established behind MHA; it is "
+            + ("(the probe passed)." if window["established"] and window["diff"] < 0 else
+               "not, so the probe failed its check and no design's recall is read."))

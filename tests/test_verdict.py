@@ -109,3 +109,57 @@ def test_the_readme_answers_in_a_few_words_under_the_figure():
     after = table_and_after[table_and_after.rindex("|\n") + 2:]
     words = lambda s: len(re.sub(r"\]\([^)]*\)", "]", s).split())  # a link's address is no word
     assert words(before) <= 60 and words(after) <= 120, (words(before), words(after))
+
+
+def e6_runs(tmp_path, solved, seeds=16):
+    """A copy of the committed experiments, and a synthetic E6: each design and the window of 32 with
+    `seeds` runs at 8 and 16 pairs, solved[key] of them solving 16 (all solve 8), and 12 validity runs
+    of MHA solving both, so 16 pairs is the primary cell."""
+    import shutil
+    from test_recall_analysis import mix_log
+    root = tmp_path / "runs"
+    for exp in ("e1", "e2", "e3a", "e3b"):
+        shutil.copytree(os.path.join(ROOT, "docs", "runs", exp), root / exp)
+    for key, k in solved.items():
+        attn, window = key if isinstance(key, tuple) else (key, 0)
+        for s in range(seeds):
+            final = {8: 1.0, 16: 1.0 if s < k else 0.2}
+            mix_log(root / "e6" / f"{attn}_w{window}_s{s}", attn, s, final, {8: 100, 16: 100 if s < k else None},
+                    window)
+    for s in range(200, 212):
+        mix_log(root / "e6b" / f"mha_s{s}", "mha", s, {8: 1.0, 16: 1.0}, {8: 100, 16: 100})
+    return root
+
+
+def test_the_recall_column_is_e6s_primary_family_once_every_run_is_in(tmp_path):
+    import scipy.stats
+    from analysis.stats import holm
+    solved = {"mha": 16, "lrkv": 15, "mla": 3, "gqa": 16, "mqa": 9, ("mha", 32): 0}
+    short, full, notes = verdict.verdict(str(e6_runs(tmp_path, solved)))
+    # Fisher's exact test of each row's 16 against MHA's 16, Holm over the five (scipy's, not ours)
+    tested = [k for k in solved if k != "mha"]
+    p = [scipy.stats.fisher_exact([[solved[k], 16 - solved[k]], [16, 0]]).pvalue for k in tested]
+    label = lambda k: "Standard MHA, window 32" if isinstance(k, tuple) else verdict.DESIGNS[k].label
+    glance, table = rows(short), rows(full)
+    assert glance["design"][-1] == "recall (E6)" and glance["Standard MHA"][-1] == "16/16 ≥0.99"
+    for k, p_holm in zip(tested, holm(p)):
+        mark = "behind" if p_holm < 0.05 else "· not shown"
+        assert glance[label(k)][-1] == f"{solved[k]}/16 ≥0.99 {mark}", k
+        assert table[label(k)][-1] == (f"{solved[k]}/16, {(solved[k] - 16) / 16:+.2f} (Holm p {p_holm:.2g}) "
+                                       + ("established" if p_holm < 0.05 else "not shown")), k
+    assert glance["Standard MHA, window 32"][:5] == ["25%", "-", "-", "-", "0/16 ≥0.99 behind"]  # the control row
+    assert "16 pairs" in short and "it is (the probe passed)" in notes.replace("\n", " ")
+    assert max(map(len, short.split("\n\n")[0].splitlines())) <= 100
+
+
+def test_the_recall_column_waits_for_every_run_and_for_the_window_to_fall_behind(tmp_path):
+    # one design a run short: E6 is not read, the column keeps saying so
+    root = e6_runs(tmp_path, {"mha": 16, "lrkv": 15, "mla": 3, "gqa": 16, "mqa": 9, ("mha", 32): 0})
+    import shutil
+    shutil.rmtree(root / "e6" / "mla_w0_s15")
+    assert {c[-1] for c in list(rows(verdict.verdict(str(root))[0]).values())[1:]} == {verdict.RECALL}
+    # every run in, but the window solves as MHA does: the probe failed its check, no design is read
+    root = e6_runs(tmp_path / "b", {"mha": 16, "lrkv": 15, "mla": 3, "gqa": 16, "mqa": 9, ("mha", 32): 15})
+    short, _, notes = verdict.verdict(str(root))
+    assert {c[-1] for c in list(rows(short).values())[1:]} == {"· probe failed"}
+    assert "the probe failed its check" in notes.replace("\n", " ")
