@@ -61,6 +61,18 @@ class NanoKVLayer(KVCache, CacheLayerMixin):
         # beam search: each row continues the beam beam_idx names
         self.buf = {name: b.index_select(0, beam_idx.to(b.device)) for name, b in self.buf.items()}
 
+    def crop(self, tokens_to_remove):
+        # assisted generation (prompt lookup, a draft model) drops the drafted tokens it rejects: minus
+        # their count (0: none), or in transformers' older form the length to keep
+        keep = self.n + tokens_to_remove if tokens_to_remove <= 0 else tokens_to_remove
+        if keep >= self.n:
+            return
+        if self.window and self.n > self.window:
+            raise ValueError(f"a sliding window's cache keeps its last {self.window} tokens; the earlier ones "
+                             "a crop would need are gone (decode without assistant tokens)")
+        self.buf = {name: b[:, :, :keep] for name, b in self.buf.items()}
+        self.n = keep
+
     def reset(self):
         self.buf, self.n, self.length, self.is_initialized = {}, 0, 0, False
 

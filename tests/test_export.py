@@ -149,6 +149,30 @@ def test_transformers_generate_decodes_through_the_designs_own_cache(built, name
     assert sum(layer.nbytes() for layer in cache.layers) == flops.cache_bytes(model.cfg, 40, batch=2, bytes_per_elem=4)
 
 
+@pytest.mark.parametrize("name", ["mha", "mla", "lrkv"])
+def test_assisted_generation_crops_the_cache_and_keeps_the_greedy_tokens(built, name):
+    # prompt lookup drafts tokens from the prompt (one that repeats gets drafts), the model checks them
+    # in one forward, and the cache drops those it rejects: the tokens stay greedy's
+    _, _, hf = built(name)
+    idx = torch.randint(0, 256, (1, 12), generator=torch.Generator().manual_seed(2)).repeat(1, 3)  # (1, 36)
+    crops = []
+    layer = type(hf(idx[:, :2]).past_key_values.layers[0])
+    original = layer.crop
+    layer.crop = lambda self, n: (crops.append(n), original(self, n))[1]
+    try:
+        assisted = greedy(hf, idx, 32, prompt_lookup_num_tokens=4)
+    finally:
+        layer.crop = original
+    assert torch.equal(assisted, greedy(hf, idx, 32)) and any(n < 0 for n in crops)
+
+
+def test_a_window_that_dropped_tokens_refuses_a_crop_in_one_line(built):
+    _, _, hf = built("lrkv_window", **WINDOW["lrkv_window"])
+    cache = hf(torch.zeros(1, 20, dtype=torch.long)).past_key_values  # 20 tokens through a window of 16
+    with pytest.raises(ValueError, match="keeps its last 16 tokens"):
+        cache.crop(-2)
+
+
 @pytest.mark.parametrize("name", list(DECODE) + ["lrkv_window"])
 def test_a_left_padded_batch_gives_each_prompt_its_own_tokens(built, name):
     _, path, hf = built(name, **WINDOW.get(name, {}))
