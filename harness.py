@@ -6,8 +6,9 @@ over GPT, so a harness task runs on a checkpoint, a sharded checkpoint or an exp
 
 Log-likelihoods score a continuation in one forward pass; rolling log-likelihoods (perplexity
 tasks) cut a document into windows of the context, every token scored once with as much context as
-fits; generation decodes greedily through the design's KV cache (GPT.generate). The harness is an
-optional extra (pip install lm_eval): eval.py imports this file only for --tasks.
+fits; generation decodes greedily through the design's KV cache (GPT.generate), batch_size prompts
+padded on the left at a time. The harness is an optional extra (pip install lm_eval): eval.py
+imports this file only for --tasks.
 """
 import torch
 from lm_eval.api.model import LM
@@ -66,23 +67,35 @@ class NanoKV(LM):
 
     @torch.no_grad()
     def generate_until(self, requests, disable_tqdm=False):
-        out = []
-        for r in requests:
+        """Continuations batch_size at a time among requests of the same settings, padded on the left
+        (each row decodes as it would alone). A row ends at the end of a document or a stop string,
+        the batch once every row has; each row's text is cut there."""
+        groups = {}
+        for i, r in enumerate(requests):
             context, kw = r.args
             until = kw.get("until") or []
-            until = [until] if isinstance(until, str) else until
+            until = (until,) if isinstance(until, str) else tuple(until)
             n = min(kw.get("max_gen_toks", 256), self.T - 1)
             temperature = kw.get("temperature", 0.0) if kw.get("do_sample") else 0.0
-            ids = (self.tok.encode(context) or [self.tok.eot])[-(self.T - n):]  # room for n new tokens
-            # stop at the end of a document or at a stop string, not after all max_gen_toks
-            ended = lambda new: self.tok.eot in new[0] or any(s in self.tok.decode(new[0]) for s in until)  # noqa: E731
-            with self.amp:
-                new = self.model.generate(torch.tensor([ids]), n, temperature=temperature,
-                                          stop=ended)[0, len(ids):].tolist()
-            if self.tok.eot in new:  # a document ends there
-                new = new[:new.index(self.tok.eot)]
-            text = self.tok.decode(new)
-            for stop in until:
-                text = text.split(stop)[0]
-            out.append(text)
+            groups.setdefault((until, n, temperature), []).append(i)
+        out = [None] * len(requests)
+        for (until, n, temperature), group in groups.items():
+            ended = lambda new: all(self.tok.eot in row or any(s in self.tok.decode(row) for s in until)  # noqa: E731
+                                    for row in new)
+            for b in range(0, len(group), self.batch_size):
+                batch = group[b:b + self.batch_size]
+                # room for n new tokens; an empty context is the eot token
+                prompts = [(self.tok.encode(requests[i].args[0]) or [self.tok.eot])[-(self.T - n):] for i in batch]
+                L = max(map(len, prompts))
+                idx = torch.tensor([[self.tok.eot] * (L - len(p)) + p for p in prompts])  # (B, L), left-padded
+                mask = torch.tensor([[0] * (L - len(p)) + [1] * len(p) for p in prompts])
+                with self.amp:
+                    new = self.model.generate(idx, n, temperature=temperature, stop=ended,
+                                              attention_mask=mask)[:, L:].tolist()
+                for i, row in zip(batch, new):
+                    row = row[:row.index(self.tok.eot)] if self.tok.eot in row else row  # a document ends there
+                    text = self.tok.decode(row)
+                    for stop in until:
+                        text = text.split(stop)[0]
+                    out[i] = text
         return out

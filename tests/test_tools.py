@@ -248,3 +248,16 @@ def test_wandb_gets_the_same_calls_and_keeps_its_run_id(tmp_path, monkeypatch):
     track.start("wandb", "p", "r", str(tmp_path), {"a": 1}, resume=False)
     track.start("wandb", "p", "r", str(tmp_path), {"a": 1}, resume=True)
     assert calls[0]["id"] == calls[1]["id"] == "id0" and calls[1]["resume"] == "allow" and calls[0]["name"] == "r"
+
+
+def test_generation_batches_prompts_and_gives_each_the_text_it_gives_alone():
+    # contexts of several lengths and two settings, batch_size 3: left-padded batches, each row's
+    # text as a batch of one gives it, and stop strings cut each row on its own
+    model = randomized(tiny("lrkv", vocab_size=257))
+    contexts = ["Now is the winter", "O", "To be, or not to be, that is", "", "Friends, Romans"]
+    reqs = [(c, {"until": [], "max_gen_toks": 10}) for c in contexts]
+    reqs += [(c, {"until": ["e"], "max_gen_toks": 14}) for c in contexts[:4]]
+    alone = [adapter(model, batch_size=1).generate_until(requests(r))[0] for r in reqs]
+    assert adapter(model, batch_size=3).generate_until(requests(*reqs)) == alone
+    assert len(set(alone)) > 3 and any("e" not in t and t for t in alone[5:])  # the texts differ, stops cut
+
