@@ -188,7 +188,7 @@ class MLA(nn.Module):
     d_n = d_h, q/k d_h + d_r wide, v d_h, and a learnable kv_norm weight). No QK-norm: it would
     block absorption, so cfg.attn_scale does not apply and the scale is 1/√(d_n + d_r).
     Training and prefill build full K and V (fused causal attention). The cache holds c_kv and k_pe,
-    d_c + d_r per token, and decoding never builds K or V (decode)."""
+    d_c + d_r per token; decoding absorbs W_uk into the query and W_uv after attention (decode)."""
 
     rope = "mla_rope_dim"  # only the decoupled d_r-wide part rotates
 

@@ -151,10 +151,12 @@ def resume(run_dir, fsdp, model, optims, scaler, model_config, device, train_con
     if start > max_iters:
         fail(f"{run_dir} is at step {start}, past --max_iters={max_iters}; pass a larger "
              f"--max_iters to train on, or start a new --run_name")
+    if start == max_iters:  # nothing to train: the log is left as it is
+        return start, -1
     old = meta["train_config"] if meta else train_config
     changed = [k for k in train_config if (k in ("max_iters", "warmup_iters", "min_lr_frac")
                                            or k.endswith("_lr")) and old.get(k) != train_config[k]]
-    if changed and master and start < max_iters:
+    if changed and master:
         print("warning: resuming with another schedule (" + ", ".join(
             f"{k} {old.get(k)} -> {train_config[k]}" for k in changed) + f"): steps after {start} follow "
             "the new one", file=sys.stderr)

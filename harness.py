@@ -68,8 +68,10 @@ class NanoKV(LM):
     @torch.no_grad()
     def generate_until(self, requests, disable_tqdm=False):
         """Continuations batch_size at a time among requests of the same settings, padded on the left
-        (each row decodes as it would alone). A row ends at the end of a document or a stop string,
-        the batch once every row has; each row's text is cut there."""
+        (greedy, each row decodes as it would alone; sampled, its draws depend on the batch). A row
+        ends at the end of a document or a stop string, the batch once every row has; each row's
+        text is cut there. Every batch has one size, a short one filled with copies of its last
+        prompt, so generate keeps one set of caches (kept_caches), not one a batch size."""
         groups = {}
         for i, r in enumerate(requests):
             context, kw = r.args
@@ -78,7 +80,7 @@ class NanoKV(LM):
             n = min(kw.get("max_gen_toks", 256), self.T - 1)
             temperature = kw.get("temperature", 0.0) if kw.get("do_sample") else 0.0
             groups.setdefault((until, n, temperature), []).append(i)
-        out = [None] * len(requests)
+        out, B = [None] * len(requests), min(self.batch_size, len(requests))
         for (until, n, temperature), group in groups.items():
             ended = lambda new: all(self.tok.eot in row or any(s in self.tok.decode(row) for s in until)  # noqa: E731
                                     for row in new)
@@ -86,6 +88,7 @@ class NanoKV(LM):
                 batch = group[b:b + self.batch_size]
                 # room for n new tokens; an empty context is the eot token
                 prompts = [(self.tok.encode(requests[i].args[0]) or [self.tok.eot])[-(self.T - n):] for i in batch]
+                prompts += prompts[-1:] * (B - len(prompts))
                 L = max(map(len, prompts))
                 idx = torch.tensor([[self.tok.eot] * (L - len(p)) + p for p in prompts])  # (B, L), left-padded
                 mask = torch.tensor([[0] * (L - len(p)) + [1] * len(p) for p in prompts])

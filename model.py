@@ -174,8 +174,8 @@ class GPT(nn.Module):
         KVCache a layer) the tokens follow the caches[0].n cached, and n advances; with pos, a (T,)
         tensor of positions, they are written there, n left alone: the decode step torch.compile
         makes one graph for every position. last: the last position's logits only, (B, 1, V).
-        pad (B,): a left-padded batch (generate.left_pads), row b's token i at position i - pad[b],
-        as alone; no token attends to a pad. Without pad, training and prefill stay fused causal."""
+        pad (B,): a left-padded batch, row b starting with pad[b] pads (generate.left_pads): its token
+        i at position i - pad[b], as alone; none attends to a pad. Without pad: fused causal SDPA."""
         B, T = idx.shape[:2]
         if caches and pos is None:
             t0, c = caches[0].n, caches[0]

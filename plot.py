@@ -240,7 +240,10 @@ def main(argv=None):
     args = parser().parse_args(argv)
 
     if args.verdict:
-        print("\n\n".join(verdict()))  # the glance, then the full table and its notes
+        try:
+            print("\n\n".join(verdict()))  # the glance, then the full table and its notes
+        except ValueError as e:
+            fail(str(e))
         return 0
     if args.reference and not args.recall:
         fail("--reference names the validity runs of --recall; add --recall")

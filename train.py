@@ -41,7 +41,7 @@ out_dir = "out"  # runs go to out_dir/run_name/
 run_name = ""  # default: {preset}_{attn}_s{seed}; not --run, which torchrun takes for its --run_path
 resume = False  # continue the run in out_dir/run_name from its checkpoint (or from step 0 if it has none)
 seed = 0  # initialisation and batch order
-check = False  # check the flags, the shape and the memory, then exit, writing nothing (reproduce.sh)
+check = False  # check the flags, the shape and the memory, then exit, writing nothing (reproduce.sh does)
 # model: a preset's shape (model.PRESETS), any field overridden
 preset = "cpu"  # the shape, from model.PRESETS; the fields below override it
 attn = "mha"  # the KV design: mha, gqa, mqa, mla or lrkv
@@ -210,7 +210,7 @@ if activation_checkpointing:  # each block keeps only its input; backward recomp
         block.forward = functools.partial(checkpoint, block.forward, use_reentrant=False)
 if fsdp:  # each block, then the rest, as DTensors sharded on dim 0, gathered whole for each block's compute
     # bf16 as DDP's autocast computes it: a block's weights gathered in bf16, its fp32 input left
-    # alone; embedding and head fp32, so the residual stream is fp32 as under DDP; gradients in fp32
+    # alone; embedding and head fp32, so the residual stream is fp32 as under DDP; reduced in fp32
     block_mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if dtype == "bf16" else None,
                                     reduce_dtype=torch.float32, cast_forward_inputs=False)
     for block in model.h:
@@ -362,7 +362,7 @@ while True:  # `step` optimiser steps are done
         loss_sum += loss.detach() / grad_accum
     if ddp:
         dist.all_reduce(loss_sum, op=dist.ReduceOp.AVG)
-    first_bad = torch.where((first_bad < 0) & ~loss_sum.isfinite(), step + 1, first_bad)  # no wait
+    first_bad = torch.where((first_bad < 0) & ~loss_sum.isfinite(), step + 1, first_bad)  # on the device
     if grad_clip:
         for opt in optims:
             scaler.unscale_(opt)  # clip the true gradients

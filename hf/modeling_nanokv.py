@@ -7,8 +7,8 @@ there, beside copies of model.py, attention.py and what they import, so there is
 Generation decodes through the design's own cache: a transformers Cache (the DynamicCache that
 generate makes, or that a forward with use_cache makes) whose layers are NanoKVLayers, holding
 what nanoKV's KVCache holds for the design (MLA's c_kv and k_pe; LRKV's shared head, per-head
-latents and key norms; MHA's, GQA's and MQA's K and V). So beam search, past_key_values and the
-harness work as with any causal LM. Batches pad on the left, with an attention mask.
+latents and key norms; MHA's, GQA's and MQA's K and V). So beam search, past_key_values, assisted
+generation and the harness work as with any causal LM. Batches pad on the left, with an attention mask.
 """
 import torch
 import torch.nn.functional as F
@@ -64,8 +64,8 @@ class NanoKVLayer(KVCache, CacheLayerMixin):
     def crop(self, tokens_to_remove):
         # assisted generation (prompt lookup, a draft model) drops the drafted tokens it rejects: minus
         # their count (0: none), or in transformers' older form the length to keep
-        keep = self.n + tokens_to_remove if tokens_to_remove <= 0 else tokens_to_remove
-        if keep >= self.n:
+        keep = max(0, self.n + tokens_to_remove if tokens_to_remove <= 0 else tokens_to_remove)
+        if keep >= self.n or not self.is_initialized:
             return
         if self.window and self.n > self.window:
             raise ValueError(f"a sliding window's cache keeps its last {self.window} tokens; the earlier ones "

@@ -171,6 +171,9 @@ def test_a_window_that_dropped_tokens_refuses_a_crop_in_one_line(built):
     cache = hf(torch.zeros(1, 20, dtype=torch.long)).past_key_values  # 20 tokens through a window of 16
     with pytest.raises(ValueError, match="keeps its last 16 tokens"):
         cache.crop(-2)
+    cache = built("mha")[2](torch.zeros(1, 5, dtype=torch.long)).past_key_values
+    cache.crop(-9)  # more than it holds: empty, not a negative length
+    assert cache.get_seq_length() == 0 and all(b.size(2) == 0 for layer in cache.layers for b in layer.buf.values())
 
 
 @pytest.mark.parametrize("name", list(DECODE) + ["lrkv_window"])

@@ -134,8 +134,12 @@ def e6_runs(tmp_path, solved, seeds=16):
 def test_the_recall_column_is_e6s_primary_family_once_every_run_is_in(tmp_path):
     import scipy.stats
     from analysis.stats import holm
+    from test_recall_analysis import mix_log
     solved = {"mha": 16, "lrkv": 15, "mla": 3, "gqa": 16, "mqa": 9, ("mha", 32): 0}
-    short, full, notes = verdict.verdict(str(e6_runs(tmp_path, solved)))
+    root = e6_runs(tmp_path, solved)
+    for s in range(5):  # a second window, the plan's if budget allows, part-way: the primary is read
+        mix_log(root / "e6" / f"mha_w64_s{s}", "mha", s, {8: 1.0, 16: 0.2}, {8: 100, 16: None}, 64)
+    short, full, notes = verdict.verdict(str(root))
     # Fisher's exact test of each row's 16 against MHA's 16, Holm over the five (scipy's, not ours)
     tested = [k for k in solved if k != "mha"]
     p = [scipy.stats.fisher_exact([[solved[k], 16 - solved[k]], [16, 0]]).pvalue for k in tested]
