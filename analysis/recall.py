@@ -20,7 +20,7 @@ from analysis.sweeps import PAPER_MATRIX_LR
 
 
 SOLVED = 0.99  # a run solves its cell when its final test accuracy reaches this
-VALID = 11 / 12  # E6's validity rule: a reference cell is one MHA solves on 11 of 12 unused seeds
+VALID, VALID_RUNS = 11 / 12, 12  # E6's validity rule: a reference cell is one MHA solves on 11 of 12 unused seeds
 
 
 def finished(runs):
@@ -206,6 +206,10 @@ def solve_groups(runs):
         if len({tuple(r["config"].get(k) for k in keys) for r in g}) > 1:
             raise ValueError(f"{label(attn, window)} at d_model {width}: its runs differ in {', '.join(keys)} "
                              f"({', '.join(r['name'] for r in g)}); plot each setting or rate apart")
+    rates = {g[0]["config"]["matrix_lr"] for g in groups.values()}
+    if len(rates) > 1:  # E6's plan: every design at the one rate stage A chose
+        raise ValueError(f"the designs ran at several rates ({', '.join(map(str, sorted(rates)))}); solve rates "
+                         "compare designs at one: plot each rate apart")
     return groups
 
 
@@ -213,16 +217,24 @@ def label(attn, window):
     return DESIGNS[attn].label + (f", window {window}" if window else "")
 
 
-def reference_cells(runs):
-    """{width: [pair counts]} at which the validity runs (MHA, full attention) solve at least VALID
-    of their seeds: E6's reference cells (docs/plan.md)."""
+def reference_cells(runs, main=None):
+    """{width: [pair counts]} at which the validity runs (MHA, full attention, VALID_RUNS seeds)
+    solve at least VALID of them: E6's reference cells (docs/plan.md). main: a main run, whose rate,
+    length and pair counts the validity runs must share."""
     cells = {}
     for (attn, window, width), g in solve_groups(runs).items():
         if (attn, window) != ("mha", 0):
             raise ValueError(f"--reference takes MHA's validity runs (full attention), not {label(attn, window)}")
+        if len({r["config"]["seed"] for r in g}) < VALID_RUNS:
+            raise ValueError(f"the validity rule needs {VALID_RUNS} finished runs of distinct seeds; "
+                             f"d_model {width} has {len(g)}")
+        differ = [k for k in ("matrix_lr", "max_iters", "mqar_pairs")
+                  if main and g[0]["config"].get(k) != main["config"].get(k)]
+        if differ:
+            raise ValueError(f"the validity runs differ from the main runs in {', '.join(differ)}")
         for N in sorted({N for r in g for N in counts(r)}):
             accs = [at(r["score"], "test_acc", N, counts(r) == [N]) for r in g if N in counts(r)]
-            if sum(a >= SOLVED for a in accs) >= VALID * len(accs) - 1e-9:
+            if sum(a is not None and a >= SOLVED for a in accs) >= VALID * len(accs) - 1e-9:
                 cells.setdefault(width, []).append(N)
     return cells
 
@@ -254,6 +266,8 @@ def solve_rows(groups, reference=None):
         for N in sorted({N for r in g for N in counts(r)}):
             acc = {r["name"]: at(r["score"], "test_acc", N, counts(r) == [N]) for r in g if N in counts(r)}
             mine = [r for r in g if acc.get(r["name"]) is not None]
+            if not mine:  # no score line holds this count
+                continue
             k = sum(acc[r["name"]] >= SOLVED for r in mine)
             rows.append({"attn": attn, "window": window, "label": label(attn, window), "width": width, "pairs": N,
                          "kv_pct": share, "n": len(mine), "k": k, "rate": k / len(mine),
@@ -326,7 +340,8 @@ def solve_mode(runs, reference_runs=None):
     groups = solve_groups(runs)
     if not groups:
         raise ValueError("no finished MQAR run (a score line with test_acc) to tabulate")
-    reference = reference_cells(reference_runs) if reference_runs is not None else None
+    main = next(iter(groups.values()))[0]
+    reference = reference_cells(reference_runs, main) if reference_runs is not None else None
     rows = solve_rows(groups, reference)
     m = Counter(r["family"] for r in rows if "family" in r)
     width = Counter({w: len(g) for (_, _, w), g in groups.items()}).most_common(1)[0][0]  # the most runs

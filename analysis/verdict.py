@@ -15,7 +15,7 @@ import textwrap
 
 from common import DESIGNS
 from analysis.curves import deltas, summarize
-from analysis.logs import load_runs
+from analysis.logs import load_runs, odd_runs
 from analysis.recall import SOLVED, reference_cells, solve_groups, solve_rows
 from analysis.stats import MARGIN, family, holm, paired_t, render, welch
 from analysis.sweeps import budget_pairs, lr_sweep, sweep
@@ -99,13 +99,17 @@ def recall(root):
     path = os.path.join(root, "e6")
     if not glob.glob(os.path.join(path, "*", "log.jsonl")):
         return None
-    groups = solve_groups(load_runs([path]))
+    runs = load_runs([path])
+    odd = odd_runs(runs, sweep=True)  # one shape, length, rate and data: the windows' runs are no odd ones
+    if odd:
+        raise ValueError(f"{path} is not one experiment: {'; '.join(odd)}")
+    groups = solve_groups(runs)
     if len({width for _, _, width in groups}) > 1:
         raise ValueError(f"{path} holds runs at several widths; E6 runs at one")
-    runs = {(attn, window): g for (attn, window, _), g in groups.items()}
-    if any(len(runs.get(k, [])) < E6_SEEDS for k in E6_PLAN):  # a later window's runs need not be in
+    by = {(attn, window): g for (attn, window, _), g in groups.items()}
+    if any(len(by.get(k, [])) < E6_SEEDS for k in E6_PLAN):  # a later window's runs need not be in
         return None
-    rows = solve_rows(groups, reference_cells(load_runs([os.path.join(root, "e6b")])))
+    rows = solve_rows(groups, reference_cells(load_runs([os.path.join(root, "e6b")]), runs[0]))
     N = next((r["pairs"] for r in rows if r.get("family") == "primary"), None)
     if N is None:
         raise ValueError("E6's validity runs (e6b) give no reference cell: by its plan E6 compares nothing")
@@ -113,11 +117,16 @@ def recall(root):
             if r["pairs"] == N and (r.get("family") == "primary" or (r["attn"], r["window"]) == ("mha", 0))}
 
 
+def probe_passed(rows):
+    # E6's check before any design is read: the window established behind MHA
+    window = next(r for (a, w), r in rows.items() if w)
+    return window["established"] and window["diff"] < 0
+
+
 def recall_cells(rows):
     """{(attn, window): a glance cell}: runs solved, then behind, ahead or · not shown, Holm within
     the primary family; every cell '· probe failed' unless the window is established behind MHA."""
-    window = next(r for (a, w), r in rows.items() if w)
-    passed = window["established"] and window["diff"] < 0
+    passed = probe_passed(rows)
     solved = lambda r: f"{r['k']}/{r['n']} ≥{SOLVED}"
     mark = lambda r: ("behind" if r["diff"] < 0 else "ahead") if r["established"] else "· not shown"
     return {k: "· probe failed" if not passed else solved(r) + (" " + mark(r) if "diff" in r else "")
@@ -142,8 +151,8 @@ def verdict(root=RUNS):
                    "E3b: Δ MHA, own rate", "E2: change at context 1,024", "E3a: Δ MHA per doubling of the rate"]
                   + ([f"E6: runs solving {next(iter(e6.values()))['pairs']} pairs, Δ MHA"] if e6 else []),
                   [[d.label, share(a), *(ref(a, len(margin)) or [cell(cols[e].get(a), m) for e, m in margin.items()]),
-                    *([solve_cell(e6.get((a, 0)))] if e6 else [])] for a, d in DESIGNS.items()]
-                  + [[r["label"], f"{100 * r['kv_pct']:.0f}%", *["-"] * len(margin), solve_cell(r)]
+                    *([solve_cell(e6.get((a, 0)), probe_passed(e6))] if e6 else [])] for a, d in DESIGNS.items()]
+                  + [[r["label"], f"{100 * r['kv_pct']:.0f}%", *["-"] * len(margin), solve_cell(r, probe_passed(e6))]
                      for k, r in (e6 or {}).items() if k[1]])
     tests = [(f"{name} {DESIGNS[a].label}", r) for name, col in cols.items() for a, r in col.items()
              if r and r.get("p") is not None]
@@ -163,14 +172,15 @@ def verdict(root=RUNS):
     return short + "\n\n" + rule, full + (f"\n\n{wrap(e5)}" if e5 else ""), wrap(notes)
 
 
-def solve_cell(r):
-    """'3/16, -0.81 (Holm p 4e-05) established': runs solved, the gap in solve rate from MHA's, its mark."""
+def solve_cell(r, passed):
+    """'3/16, -0.81 (Holm p 4e-05) established': runs solved, the gap in solve rate from MHA's, its
+    mark; 'probe failed' after them unless the window is behind MHA (then no mark is read)."""
     if r is None:
         return "-"
     if "diff" not in r:
         return f"{r['k']}/{r['n']} reference"
     return (f"{r['k']}/{r['n']}, {r['diff']:+.2f} (Holm p {r['p_holm']:.2g}) "
-            + ("established" if r["established"] else "not shown"))
+            + (("established" if r["established"] else "not shown") if passed else "probe failed"))
 
 
 def recall_note(e6):
@@ -181,5 +191,5 @@ def recall_note(e6):
     return (f"E6: runs whose final test accuracy at {window['pairs']} pairs, the hardest cell MHA's validity runs "
             f"solve, is ≥{SOLVED}; two-sided Fisher's exact test against MHA's, Holm over the {len(e6) - 1} rows "
             f"(the plan's primary family). The check: {window['label']} must be established behind MHA; it is "
-            + ("(the probe passed)." if window["established"] and window["diff"] < 0 else
+            + ("(the probe passed)." if probe_passed(e6) else
                "not, so the probe failed its check and no design's recall is read."))

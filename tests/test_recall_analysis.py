@@ -4,6 +4,7 @@ import json
 import math
 import os
 import re
+import shutil
 
 import numpy as np
 import pytest
@@ -190,3 +191,26 @@ def test_a_design_at_two_rates_is_refused_not_pooled(tmp_path, capsys):
         plot.main([str(tmp_path), "--recall"])
     line = capsys.readouterr().err.splitlines()[-1]
     assert e.value.code == 2 and line.startswith("error: Standard MHA at d_model 64: its runs differ in matrix_lr")
+
+
+def test_designs_at_two_rates_and_a_short_or_other_validity_set_are_refused(tmp_path, capsys):
+    def error(*args):
+        with pytest.raises(SystemExit) as e:
+            plot.main([str(tmp_path / "e6"), "--recall", *args])
+        return e.value.code, capsys.readouterr().err.splitlines()[-1]
+    e6(tmp_path / "e6", {("mha", 0): (12, 11)})
+    for s in range(12):  # GQA at another rate than MHA: E6 compares at one
+        mix_log(tmp_path / "e6" / f"gqa_s{s}", "gqa", s, {8: 1.0, 16: 1.0}, {8: 100, 16: 100}, lr=0.04)
+    assert error() == (2, "error: the designs ran at several rates (0.02, 0.04); solve rates compare designs "
+                          "at one: plot each rate apart")
+    shutil.rmtree(tmp_path / "e6")
+    e6(tmp_path / "e6", {("mha", 0): (12, 11), ("gqa", 0): (12, 10)})
+    for s in range(11):  # 11 validity runs, not 12
+        mix_log(tmp_path / "b" / f"mha_s{200 + s}", "mha", 200 + s, {8: 1.0, 16: 1.0}, {8: 100, 16: 100})
+    assert error("--reference", str(tmp_path / "b")) == (
+        2, "error: the validity rule needs 12 finished runs of distinct seeds; d_model 64 has 11")
+    shutil.rmtree(tmp_path / "b")
+    for s in range(12):  # 12, at another rate than the main runs
+        mix_log(tmp_path / "b" / f"mha_s{200 + s}", "mha", 200 + s, {8: 1.0, 16: 1.0}, {8: 100, 16: 100}, lr=0.04)
+    assert error("--reference", str(tmp_path / "b")) == (
+        2, "error: the validity runs differ from the main runs in matrix_lr")

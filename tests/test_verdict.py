@@ -164,6 +164,7 @@ def test_the_recall_column_waits_for_every_run_and_for_the_window_to_fall_behind
     assert {c[-1] for c in list(rows(verdict.verdict(str(root))[0]).values())[1:]} == {verdict.RECALL}
     # every run in, but the window solves as MHA does: the probe failed its check, no design is read
     root = e6_runs(tmp_path / "b", {"mha": 16, "lrkv": 15, "mla": 3, "gqa": 16, "mqa": 9, ("mha", 32): 15})
-    short, _, notes = verdict.verdict(str(root))
+    short, full, notes = verdict.verdict(str(root))
     assert {c[-1] for c in list(rows(short).values())[1:]} == {"· probe failed"}
+    assert rows(full)["MLA"][-1].endswith(") probe failed") and rows(full)["Standard MHA"][-1] == "16/16 reference"
     assert "the probe failed its check" in notes.replace("\n", " ")
