@@ -82,6 +82,7 @@ class NanoKV(LM):
             groups.setdefault((until, n, temperature), []).append(i)
         out, B = [None] * len(requests), min(self.batch_size, len(requests))
         for (until, n, temperature), group in groups.items():
+            group.sort(key=lambda i: -len(requests[i].args[0]))  # batches of like lengths: little padding
             ended = lambda new: all(self.tok.eot in row or any(s in self.tok.decode(row) for s in until)  # noqa: E731
                                     for row in new)
             for b in range(0, len(group), self.batch_size):
