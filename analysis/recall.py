@@ -225,9 +225,10 @@ def reference_cells(runs, main=None):
     for (attn, window, width), g in solve_groups(runs).items():
         if (attn, window) != ("mha", 0):
             raise ValueError(f"--reference takes MHA's validity runs (full attention), not {label(attn, window)}")
-        if len({r["config"]["seed"] for r in g}) < VALID_RUNS:
+        seeds = len({r["config"]["seed"] for r in g})
+        if seeds < VALID_RUNS:
             raise ValueError(f"the validity rule needs {VALID_RUNS} finished runs of distinct seeds; "
-                             f"d_model {width} has {len(g)}")
+                             f"d_model {width} has {seeds}")
         differ = [k for k in ("matrix_lr", "max_iters", "mqar_pairs")
                   if main and g[0]["config"].get(k) != main["config"].get(k)]
         if differ:

@@ -117,16 +117,15 @@ def recall(root):
             if r["pairs"] == N and (r.get("family") == "primary" or (r["attn"], r["window"]) == ("mha", 0))}
 
 
-def probe_passed(rows):
-    # E6's check before any design is read: the window established behind MHA
+def control(rows):
+    # E6's control, the window; the check before any design is read: it is established behind MHA
     window = next(r for (a, w), r in rows.items() if w)
-    return window["established"] and window["diff"] < 0
+    return window, window["established"] and window["diff"] < 0
 
 
-def recall_cells(rows):
+def recall_cells(rows, passed):
     """{(attn, window): a glance cell}: runs solved, then behind, ahead or · not shown, Holm within
     the primary family; every cell '· probe failed' unless the window is established behind MHA."""
-    passed = probe_passed(rows)
     solved = lambda r: f"{r['k']}/{r['n']} ≥{SOLVED}"
     mark = lambda r: ("behind" if r["diff"] < 0 else "ahead") if r["established"] else "· not shown"
     return {k: "· probe failed" if not passed else solved(r) + (" " + mark(r) if "diff" in r else "")
@@ -138,7 +137,8 @@ def verdict(root=RUNS):
     interval and the E5 pair (docs/results.md); the notes under the full one."""
     cols, cache = columns(root)
     e6 = recall(root)
-    glance_e6 = recall_cells(e6) if e6 else {}
+    passed = control(e6)[1] if e6 else None
+    glance_e6 = recall_cells(e6, passed) if e6 else {}
     share = lambda a: f"{100 * cache[a]:.0f}%" if cache.get(a) else "-"  # a design E1 has no runs of: "-"
     ref = lambda a, n: ["reference"] * n if a == "mha" else None
     short = [[d.label, share(a), *(ref(a, len(GLANCE)) or [glance(cols[e].get(a), w) for e, _, w in GLANCE]),
@@ -149,10 +149,10 @@ def verdict(root=RUNS):
     margin = {"E1": True, "E1 validation": True, "E3b": True, "E2": False, "E3a": False}
     full = render(["design", "KV cache, % of MHA", "E1: Δ MHA, paper's rate", "E1 on the validation plays",
                    "E3b: Δ MHA, own rate", "E2: change at context 1,024", "E3a: Δ MHA per doubling of the rate"]
-                  + ([f"E6: runs solving {next(iter(e6.values()))['pairs']} pairs, Δ MHA"] if e6 else []),
+                  + ([f"E6: runs solving {e6['mha', 0]['pairs']} pairs, Δ MHA"] if e6 else []),
                   [[d.label, share(a), *(ref(a, len(margin)) or [cell(cols[e].get(a), m) for e, m in margin.items()]),
-                    *([solve_cell(e6.get((a, 0)), probe_passed(e6))] if e6 else [])] for a, d in DESIGNS.items()]
-                  + [[r["label"], f"{100 * r['kv_pct']:.0f}%", *["-"] * len(margin), solve_cell(r, probe_passed(e6))]
+                    *([solve_cell(e6.get((a, 0)), passed)] if e6 else [])] for a, d in DESIGNS.items()]
+                  + [[r["label"], f"{100 * r['kv_pct']:.0f}%", *["-"] * len(margin), solve_cell(r, passed)]
                      for k, r in (e6 or {}).items() if k[1]])
     tests = [(f"{name} {DESIGNS[a].label}", r) for name, col in cols.items() for a, r in col.items()
              if r and r.get("p") is not None]
@@ -163,7 +163,7 @@ def verdict(root=RUNS):
              "E2 and E3a give how Δ moves. Each column is one Holm family of its own (the plan's); "
              f"established: Holm's p < 0.05; equivalent: two one-sided tests within ±{MARGIN} nats; not shown: "
              "neither. E1 and E3b score the test plays, E1's validation column the same models on the "
-             f"validation plays. {recall_note(e6)} Corrected as one family of all {len(tests)} tests instead, "
+             f"validation plays. {recall_note(e6, passed)} Corrected as one family of all {len(tests)} tests instead, "
              f"{len(drop)} established marks would drop: {', '.join(drop) or 'none'}.")
     e5 = same_cache(os.path.join(root, "e5"))
     wrap = lambda s: textwrap.fill(s, 100, break_on_hyphens=False, break_long_words=False)  # lines of a page
@@ -183,13 +183,13 @@ def solve_cell(r, passed):
             + (("established" if r["established"] else "not shown") if passed else "probe failed"))
 
 
-def recall_note(e6):
+def recall_note(e6, passed):
     if e6 is None:
         return ("Recall has no column: E4 and E4s could not tell (docs/results.md), and its probe is being "
                 "rebuilt as E6.")
-    window = next(r for (a, w), r in e6.items() if w)
+    window = control(e6)[0]
     return (f"E6: runs whose final test accuracy at {window['pairs']} pairs, the hardest cell MHA's validity runs "
             f"solve, is ≥{SOLVED}; two-sided Fisher's exact test against MHA's, Holm over the {len(e6) - 1} rows "
             f"(the plan's primary family). The check: {window['label']} must be established behind MHA; it is "
-            + ("(the probe passed)." if probe_passed(e6) else
+            + ("(the probe passed)." if passed else
                "not, so the probe failed its check and no design's recall is read."))
