@@ -258,6 +258,12 @@ def test_generation_batches_prompts_and_gives_each_the_text_it_gives_alone():
     reqs = [(c, {"until": [], "max_gen_toks": 10}) for c in contexts]
     reqs += [(c, {"until": ["e"], "max_gen_toks": 14}) for c in contexts[:4]]
     alone = [adapter(model, batch_size=1).generate_until(requests(r))[0] for r in reqs]
-    assert adapter(model, batch_size=3).generate_until(requests(*reqs)) == alone
+    calls, generate = [], model.generate
+    model.generate = lambda idx, *a, **k: calls.append(len(idx)) or generate(idx, *a, **k)
+    try:
+        assert adapter(model, batch_size=3).generate_until(requests(*reqs)) == alone
+    finally:
+        del model.generate
+    assert calls == [3, 3, 3, 3]  # 5 and 4 prompts of two settings: two batches each, each of 3
     assert len(set(alone)) > 3 and any("e" not in t and t for t in alone[5:])  # the texts differ, stops cut
 
