@@ -183,6 +183,7 @@ def test_the_committed_sweep_tables_are_what_their_logs_give(tmp_path, monkeypat
 @pytest.mark.parametrize("folder, flag, table, more, section", [
     ("e4", "--recall", "recall.md", [], "### E4."),
     ("e4s", "--recall", "recall.md", ["docs/runs/e4/mla_*", "docs/runs/e4/gqa_*"], "### E4s."),
+    ("e6b", "--recall", "recall.md", [], None),
     ("pareto_split", "--pareto", "pareto.md", [], None)])
 def test_the_committed_recall_and_sweep_tables_are_what_their_logs_give(tmp_path, monkeypatch, folder, flag,
                                                                          table, more, section):
