@@ -29,7 +29,8 @@ def prompt(cfg, B=2, T=5):
 
 @pytest.mark.parametrize("attn, kw", [(a, {}) for a in DESIGNS] + [("mla", dict(mla_deepseek=True)),
                                                                    ("lrkv", dict(lrkv_factored=True)),
-                                                                   ("lrkv", dict(window=4)), ("mla", dict(window=4))])
+                                                                   ("lrkv", dict(window=4)), ("mla", dict(window=4)),
+                                                                   ("mha", dict(window=4))])
 def test_compiled_decode_is_one_graph_equal_to_eager(attn, kw):  # with a window: across its ring's wrap
     from torch._dynamo.utils import counters
     torch._dynamo.reset()
@@ -78,7 +79,8 @@ def left_padded(rows):
 
 
 @pytest.mark.parametrize("attn, kw", [(a, {}) for a in DESIGNS] + [("lrkv", dict(lrkv_factored=True)),
-                                                                   ("lrkv", dict(window=4)), ("mla", dict(window=4))])
+                                                                   ("lrkv", dict(window=4)), ("mla", dict(window=4)),
+                                                                   ("mha", dict(window=4))])
 def test_a_left_padded_batch_gives_each_row_the_tokens_it_gives_alone(attn, kw):  # a window: across its ring's wrap
     model = randomized(tiny(attn, **kw))
     rows = [(prompt(model.cfg, 1, T)[0] + i) % model.cfg.vocab_size for i, T in enumerate((3, 9, 6))]

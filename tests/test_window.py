@@ -58,9 +58,10 @@ def test_a_windows_flops_and_bytes_equal_torchs_counter_and_the_cache(attn, kw):
     assert flops.decode_bytes(cfg, 20, batch=2, bytes_per_elem=4) == sum(c.nbytes() for c in caches) + weights
 
 
-def test_compiled_training_with_a_window_gives_eager_gradients():
+@pytest.mark.parametrize("attn", ["lrkv", "mha"])  # MHA with a window is E6's control
+def test_compiled_training_with_a_window_gives_eager_gradients(attn):
     # inductor, as train.py compiles; the banded mask goes into SDPA
-    model = randomized(tiny("lrkv", n_layer=1, n_embd=32, block_size=16, lrkv_rank=4, window=5)).train()
+    model = randomized(tiny(attn, n_layer=1, n_embd=32, block_size=16, lrkv_rank=4, window=5)).train()
     idx = tokens(model.cfg)
     grads = []
     for m in (model, torch.compile(model)):
