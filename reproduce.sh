@@ -10,8 +10,10 @@
 #   OUT=out/matched DESIGNS="lrkv mla gqa mqa" bash reproduce.sh --match_params   # at MHA's parameter count
 #   OUT=out/mine bash reproduce.sh     # another folder (runs there are the reproduction's alone)
 #   DESIGNS="mha lrkv" JOBS=1 PYTHON=python bash reproduce.sh   # some designs, one at a time, an existing Python
-#   SWEEP=recall bash reproduce.sh    # MQAR recall (config/mqar.py): designs x WIDTHS x PAIRS x LRS x SEEDS, into out/recall/
-#   WIDTHS="64" PAIRS="8 16" LRS="1 2" SEEDS="0 1 2" SWEEP=recall bash reproduce.sh   # its grid (defaults 64; 16; 1; 0)
+#   SWEEP=recall bash reproduce.sh    # MQAR recall as E6 runs it (config/mqar.py): the designs and MHA with a window of
+#                                     # 32 (the control that must forget), into out/recall/
+#   WIDTHS="32" PAIRS="8 16" LRS="0.5 1" SEEDS="0 1 2" SWEEP=recall bash reproduce.sh   # a grid: d_model, one pair
+#                                     # count a run (default: the mixture), rates x the paper's (default: the config's)
 #   DRY=1 SWEEP=pareto bash reproduce.sh   # print the train.py commands, run nothing
 # Extra arguments go to every train.py run, e.g. bash reproduce.sh --max_iters=300 (then use another OUT).
 # Interrupted? Run the same command again: every run continues where it stopped (train.py --resume),
@@ -61,14 +63,18 @@ elif [ "${SWEEP:-}" = lr ]; then
   plot=--lr
 elif [ "${SWEEP:-}" = recall ]; then
   OUT=${OUT:-out/recall}
-  runs() {  # config/mqar.py at each width (d_model, 4 heads), pair count and Muon rate
+  runs() {  # config/mqar.py at each width (d_model, 4 heads), pair count and Muon rate; '-': the config's
     for s in ${SEEDS:-0}; do
-      for attn in $DESIGNS; do
+      for attn in $DESIGNS mha_w32; do
+        [ "$attn" = mha_w32 ] && { [[ " $DESIGNS " == *" mha "* ]] || continue; }  # the control beside MHA
         for w in ${WIDTHS:-64}; do
-          for p in ${PAIRS:-16}; do
-            for m in ${LRS:-1}; do
-              echo "${attn}_d${w}_p${p}_lr${m}_s$s config/mqar.py --attn=$attn --n_embd=$w --mqar_pairs=$p" \
-                "--matrix_lr=$(awk -v m="$m" 'BEGIN { print 0.02 * m }')"  # muon.MATRIX_LR
+          for p in ${PAIRS:--}; do
+            for m in ${LRS:--}; do
+              name=${attn}_d$w flags="--attn=${attn%_w32} --n_embd=$w"
+              [ "$attn" = mha_w32 ] && flags+=" --window=32"
+              [ "$p" = - ] || { name+=_p$p; flags+=" --mqar_pairs=$p"; }
+              [ "$m" = - ] || { name+=_lr$m; flags+=" --matrix_lr=$(awk -v m="$m" 'BEGIN { print 0.02 * m }')"; }
+              echo "${name}_s$s config/mqar.py $flags"  # muon.MATRIX_LR above: the paper's rate
             done
           done
         done

@@ -12,6 +12,7 @@ mqar_alpha = 0.01
 batch_size = 32
 total_batch_tokens = 32 * 128
 train_tokens = 4000 * 32 * 128  # 4,000 steps: learning comes as a late jump
+matrix_lr = 0.005  # x0.25 of the paper's: E6 chose it on validation (docs/runs/e6a); at x1 MHA solved nothing
 warmup_iters = 100
 eval_interval = 100
 ckpt_interval = 500

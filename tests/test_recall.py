@@ -1,4 +1,5 @@
 """recall.py's MQAR examples, the accuracy and loss at their answers, and train.py on them."""
+import glob
 import json
 import re
 import math
@@ -245,6 +246,15 @@ def test_eval_recall_and_induction_on_a_checkpoint(tmp_path):
     assert f"first copy {first:.4f} nats, second copy {second:.4f}" in p.stdout
 
 
+def test_the_mqar_config_trains_at_the_rate_e6_chose():
+    # at the paper's rate MHA, the reference, solved nothing (docs/runs/e6a): the config must not
+    # hand a user that setting; stage B's validity runs ran at the chosen rate
+    import runpy
+    rates = {json.loads(open(f).readline())["config"]["matrix_lr"]
+             for f in glob.glob(os.path.join(ROOT, "docs", "runs", "e6b", "*", "log.jsonl"))}
+    assert len(rates) == 1 and runpy.run_path(os.path.join(ROOT, "config", "mqar.py"))["matrix_lr"] in rates
+
+
 @pytest.mark.parametrize("width", [32, 64, 128])
 def test_the_mqar_config_gives_every_design_its_default_for_the_width(width):
     # it took the cpu preset's LRKV r=13 and MLA d_c=32, which E4's plan does not (and r=13 > d_h at 32)
@@ -265,8 +275,15 @@ def test_reproduce_sh_lists_the_recall_grid():
     assert p.returncode == 0, p.stderr
     cmds = p.stdout.splitlines()
     names = [c.split("--run_name=")[1].split()[0] for c in cmds]
-    assert names == [f"{a}_d{w}_p8_lr{m}_s5" for a in ("mha", "lrkv") for w in (32, 64) for m in (1, 2)]
+    assert names == [f"{a}_d{w}_p8_lr{m}_s5" for a in ("mha", "lrkv", "mha_w32") for w in (32, 64) for m in (1, 2)]
     assert all(c.startswith("train.py config/mqar.py --attn=") and "--out_dir=out/recall" in c for c in cmds)
-    assert "--attn=lrkv --n_embd=64 --mqar_pairs=8 --matrix_lr=0.04 --seed=5" in cmds[-1]
+    assert "--attn=lrkv --n_embd=64 --mqar_pairs=8 --matrix_lr=0.04 --seed=5" in cmds[7]
+    assert "--attn=mha --n_embd=64 --window=32 --mqar_pairs=8 --matrix_lr=0.04 --seed=5" in cmds[-1]
+    # by default, E6's setting: the config's mixture and rate, each design and the window beside MHA
+    p = subprocess.run(["bash", "reproduce.sh"], cwd=ROOT, env={**os.environ, "SWEEP": "recall", "DRY": "1"},
+                       capture_output=True, text=True)
+    cmds = p.stdout.splitlines()
+    assert len(cmds) == 6 and not any("--mqar_pairs" in c or "--matrix_lr" in c for c in cmds), cmds
+    assert cmds[-1].startswith("train.py config/mqar.py --attn=mha --n_embd=64 --window=32 --seed=0")
     p = subprocess.run(["bash", "reproduce.sh"], cwd=ROOT, env={**env, "PAIRS": "8x"}, capture_output=True, text=True)
     assert p.returncode == 2 and p.stderr.startswith("error: ")
