@@ -1,5 +1,4 @@
 """recall.py's MQAR examples, the accuracy and loss at their answers, and train.py on them."""
-import glob
 import json
 import re
 import math
@@ -250,8 +249,8 @@ def test_the_mqar_config_trains_at_the_rate_e6_chose():
     # at the paper's rate MHA, the reference, solved nothing (docs/runs/e6a): the config must not
     # hand a user that setting; stage B's validity runs ran at the chosen rate
     import runpy
-    rates = {json.loads(open(f).readline())["config"]["matrix_lr"]
-             for f in glob.glob(os.path.join(ROOT, "docs", "runs", "e6b", "*", "log.jsonl"))}
+    from analysis import logs
+    rates = {r["config"]["matrix_lr"] for r in logs.load_runs([os.path.join(ROOT, "docs", "runs", "e6b")])}
     assert len(rates) == 1 and runpy.run_path(os.path.join(ROOT, "config", "mqar.py"))["matrix_lr"] in rates
 
 
