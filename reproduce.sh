@@ -64,9 +64,9 @@ elif [ "${SWEEP:-}" = lr ]; then
 elif [ "${SWEEP:-}" = recall ]; then
   OUT=${OUT:-out/recall}
   runs() {  # config/mqar.py at each width (d_model, 4 heads), pair count and Muon rate; '-': the config's
+    controls=; [[ " $DESIGNS " == *" mha "* ]] && controls=mha_w32  # the control that must forget, beside MHA
     for s in ${SEEDS:-0}; do
-      for attn in $DESIGNS mha_w32; do
-        [ "$attn" = mha_w32 ] && { [[ " $DESIGNS " == *" mha "* ]] || continue; }  # the control beside MHA
+      for attn in $DESIGNS $controls; do
         for w in ${WIDTHS:-64}; do
           for p in ${PAIRS:--}; do
             for m in ${LRS:--}; do
