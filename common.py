@@ -36,6 +36,11 @@ DESIGNS = {
     "mqa": Design("MQA", "tab:green", "-", "GroupedQueryAttention", (), lambda c: "kv=1", None),  # = GQA kv=1
 }
 
+# The transformers releases an export (eval.py --export) is tested on, oldest and newest: the
+# pinned one (requirements-dev.txt) and the newest the package index offered (requirements-newest.txt,
+# which tests/test_export.py runs in a second pass). An export's own code refuses older releases.
+TRANSFORMERS = ("5.23.0", "5.25.0")
+
 
 def budget_runs():
     """The cache-budget sweep's settings, 'name flags' lines for reproduce.sh: mha, lrkv2, ..."""

@@ -29,7 +29,7 @@ from dataclasses import asdict, replace
 
 import flops
 from attention import EPS
-from common import DESIGNS, setting
+from common import DESIGNS, TRANSFORMERS, setting
 from model import GPT, GPTConfig
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -118,8 +118,14 @@ def write(model, meta, tokenizer, path):
         hf = kind(hf_cfg)
         state = {f"model.{k}": v for k, v in state.items()}
     hf.load_state_dict(state, strict=True)
-    # generate's default length is the context: a pipeline's own default (256 new tokens) would not fit in it
-    hf.generation_config.max_length = cfg.block_size
+    # generate's default length is the context, set in the model's generation config so that a
+    # pipeline's own default (256 new tokens) is not asked of a smaller one. Remote code's generate
+    # fits max_new_tokens to the prompt; set as max_length, it would draw transformers' warning
+    # whenever a call gives max_new_tokens. NanoChat has no code of ours: its default is max_length
+    if native(cfg):
+        hf.generation_config.max_length = cfg.block_size
+    else:
+        hf.generation_config.max_new_tokens = cfg.block_size
     hf.save_pretrained(path)
     tokenizer_files(tokenizer, eot, cfg.block_size, path)
     kind = "nanochat" if native(cfg) else "nanokv"
@@ -140,8 +146,18 @@ def card(cfg, run, kind):
     window, held = "", ""
     if cfg.window:
         window, held = f", a sliding window of {cfg.window} tokens", f" (the last {cfg.window} tokens)"
+    tested = f"Tested on transformers {TRANSFORMERS[0]} to {TRANSFORMERS[1]}"
+    if kind == "nanokv":
+        tested += (f"; an older release refuses to load, a newer one loads with a warning. A request for "
+                   f"more new tokens than the context of {cfg.block_size} leaves room for is refused "
+                   "before the first one.")
+    else:
+        tested += (f", as its own NanoChatForCausalLM. Generation stops at the context of {cfg.block_size} "
+                   "unless max_new_tokens asks for more, which runs past what the model was trained on.")
     return f"""---
 library_name: transformers
+pipeline_tag: text-generation
+license: unknown
 tags: [nanokv, {cfg.attn}]
 ---
 # nanoKV: {DESIGNS[cfg.attn].label} ({setting(cfg)})
@@ -156,7 +172,11 @@ transformers' generate decodes through that cache (model_type `{kind}`).
 **Training**: step {run.get("step")}{"; " + trained if trained else ""}. The whole training config is \
 `nanokv_run` in config.json, the model's under `nanokv`.
 
-**Loading** (DIR: this folder, or its name on the Hub):
+The designs are those of the paper [Low-Rank Key Value Attention](https://arxiv.org/abs/2601.11471) \
+(O'Neill et al., 2026), which nanoKV reproduces in small. The license is yours to set: the weights \
+are your training run's.
+
+**Loading** (DIR: this folder, or its name on the Hub). {tested}
 
 ```python
 from transformers import AutoModelForCausalLM, AutoTokenizer

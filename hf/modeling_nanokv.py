@@ -10,18 +10,34 @@ what nanoKV's KVCache holds for the design (MLA's c_kv and k_pe; LRKV's shared h
 latents and key norms; MHA's, GQA's and MQA's K and V). So beam search, past_key_values, assisted
 generation and the harness work as with any causal LM. Batches pad on the left, with an attention mask.
 """
+import warnings
+
 import torch
 import torch.nn.functional as F
+import transformers
+from packaging.version import Version
 from transformers import DynamicCache, GenerationMixin, PreTrainedModel
 from transformers.cache_utils import CacheLayerMixin
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from .attention import KVCache, norm
-from .common import DESIGNS  # noqa: F401  every file the model imports, named so transformers copies it
+from .common import TRANSFORMERS  # every file the model imports is named, so transformers copies it
 from .configuration_nanokv import NanoKVConfig
 from .generate import left_pads
 from .loss import LinearCrossEntropy  # noqa: F401
 from .model import GPT, GPTConfig, rope_tables
+
+# The releases this code is tested on. Below them a name it relies on may be missing: refused. Above
+# them a change could pass unseen (5.24 renamed past_key_values to cache); forward refuses any
+# argument it does not know, so a rename fails loudly, and a warning names the tested range.
+TESTED = f"tested on transformers {TRANSFORMERS[0]} to {TRANSFORMERS[1]}"
+if Version(transformers.__version__) < Version(TRANSFORMERS[0]):
+    raise ImportError(f"this nanoKV export needs transformers {TRANSFORMERS[0]} or newer ({TESTED}); "
+                      f"{transformers.__version__} is installed: pip install -U transformers")
+if Version(transformers.__version__) > Version(TRANSFORMERS[1]):
+    warnings.warn(f"this nanoKV export was {TESTED}; {transformers.__version__} is newer")
+# the output's name for the cache: past_key_values up to 5.23, cache from 5.24
+CACHE = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
 
 
 class NanoKVLayer(KVCache, CacheLayerMixin):
@@ -60,6 +76,11 @@ class NanoKVLayer(KVCache, CacheLayerMixin):
     def reorder_cache(self, beam_idx):
         # beam search: each row continues the beam beam_idx names
         self.buf = {name: b.index_select(0, beam_idx.to(b.device)) for name, b in self.buf.items()}
+
+    @property
+    def is_croppable(self):
+        # assisted generation asks before it drafts: a window that dropped tokens cannot crop back
+        return not self.window or self.n <= self.window
 
     def crop(self, tokens_to_remove):
         # assisted generation (prompt lookup, a draft model) drops the drafted tokens it rejects: minus
@@ -130,23 +151,51 @@ class NanoKVForCausalLM(PreTrainedModel, GenerationMixin):
         return cache.layers
 
     def prepare_inputs_for_generation(self, input_ids, next_sequence_length=None, past_key_values=None,
-                                      attention_mask=None, inputs_embeds=None, is_first_iteration=False, **kwargs):
+                                      attention_mask=None, inputs_embeds=None, is_first_iteration=False,
+                                      cache=None, **kwargs):
         """forward's arguments for a step of generate: the tokens the cache has not seen (a prompt's
-        embeddings in the first), the rest as given. transformers' own version reads forward's
-        signature at every step for remote code, a tenth of a cpu-preset decode step."""
+        embeddings in the first), the rest as given; the cache under either of its names (cache
+        from 5.24). transformers' own version reads forward's signature at every step for remote
+        code, a tenth of a cpu-preset decode step."""
         new = slice(-next_sequence_length, None) if next_sequence_length else slice(None)
         if inputs_embeds is not None and is_first_iteration:
             input_ids, inputs_embeds = None, inputs_embeds[:, new]
         else:
             input_ids, inputs_embeds = input_ids[:, new], None
         kwargs.pop("labels", None)
-        return dict(input_ids=input_ids, inputs_embeds=inputs_embeds, past_key_values=past_key_values,
-                    attention_mask=attention_mask, **kwargs)
+        return dict(input_ids=input_ids, inputs_embeds=inputs_embeds, attention_mask=attention_mask,
+                    past_key_values=cache if past_key_values is None else past_key_values, **kwargs)
 
-    def forward(self, input_ids=None, attention_mask=None, past_key_values=None, inputs_embeds=None, labels=None,
-                use_cache=None, output_hidden_states=None, return_dict=None, logits_to_keep=0, **kwargs):
+    def generate(self, inputs=None, generation_config=None, **kwargs):
+        """transformers' generate, once the request fits the context: more is refused before any
+        work, with the count that fits (a window too: positions past block_size have no RoPE
+        angles), as nanoKV's own generate does; a request of no length runs up to the context. A
+        max_length is passed on as max_new_tokens, which the export's default would override."""
+        x = inputs
+        for name in ("input_ids", "inputs_embeds"):
+            x = kwargs.get(name) if x is None else x
+        if x is not None:
+            cfg, prompt = self.model.cfg, x.shape[1]
+            # a generation_config's max_new_tokens is asked for unless it is the export's default
+            given = getattr(generation_config, "max_new_tokens", None)
+            given = None if given == self.generation_config.max_new_tokens else given
+            n, most = kwargs.get("max_new_tokens", given), kwargs.pop("max_length", None)
+            n = most - prompt if n is None and most is not None else n
+            room = cfg.block_size - prompt
+            if room < 1 or (n or 0) > room:
+                raise ValueError(f"a prompt of {prompt} tokens leaves room for {max(room, 0)} new ones "
+                                 f"in the context of {cfg.block_size}; {n or 'some'} were asked for")
+            kwargs["max_new_tokens"] = room if n is None else n
+        return super().generate(inputs, generation_config, **kwargs)
+
+    def forward(self, input_ids=None, attention_mask=None, past_key_values=None, inputs_embeds=None,
+                labels=None, use_cache=None, output_hidden_states=None, return_dict=None,
+                logits_to_keep=0, cache=None):
+        # no **kwargs: an argument this code does not know (as cache was, before 5.24) raises, named
+        if cache is not None and past_key_values is not None and cache is not past_key_values:
+            raise ValueError("pass the cache once, as cache or as past_key_values")
         x = input_ids if inputs_embeds is None else inputs_embeds  # GPT takes token ids or their embeddings
-        cache = past_key_values
+        cache = past_key_values if cache is None else cache
         if cache is None and (self.config.use_cache if use_cache is None else use_cache):
             cache = DynamicCache()
         caches = self.layers(cache) if cache is not None else None
@@ -174,6 +223,6 @@ class NanoKVForCausalLM(PreTrainedModel, GenerationMixin):
             loss = F.cross_entropy(logits[:, :-1].flatten(0, 1), labels[:, 1:].flatten())
         if logits_to_keep > 1:
             logits = logits[:, -logits_to_keep:]
-        out = CausalLMOutputWithPast(loss=loss, logits=logits, past_key_values=cache,
+        out = CausalLMOutputWithPast(loss=loss, logits=logits, **{CACHE: cache},
                                      hidden_states=tuple(states) if states else None)
         return out if (self.config.return_dict if return_dict is None else return_dict) else out.to_tuple()

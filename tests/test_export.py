@@ -149,7 +149,7 @@ def test_transformers_generate_decodes_through_the_designs_own_cache(built, name
     assert sum(layer.nbytes() for layer in cache.layers) == flops.cache_bytes(model.cfg, 40, batch=2, bytes_per_elem=4)
 
 
-@pytest.mark.parametrize("name", ["mha", "mla", "lrkv"])
+@pytest.mark.parametrize("name", DECODE)
 def test_assisted_generation_crops_the_cache_and_keeps_the_greedy_tokens(built, name):
     # prompt lookup drafts tokens from the prompt (one that repeats gets drafts), the model checks them
     # in one forward, and the cache drops those it rejects: the tokens stay greedy's
@@ -163,7 +163,7 @@ def test_assisted_generation_crops_the_cache_and_keeps_the_greedy_tokens(built, 
         assisted = greedy(hf, idx, 32, prompt_lookup_num_tokens=4)
     finally:
         layer.crop = original
-    assert torch.equal(assisted, greedy(hf, idx, 32)) and any(n < 0 for n in crops)
+    assert torch.equal(assisted, greedy(hf, idx, 32, use_cache=False)) and any(n < 0 for n in crops)
 
 
 def test_a_window_that_dropped_tokens_refuses_a_crop_in_one_line(built):
@@ -258,3 +258,116 @@ def test_the_folder_is_a_causal_lm_as_transformers_knows_them(built):
     for said in ("LRKV (r=6)", f"{flops.kv_cache_bytes_per_token(c):,} bytes per token", "step 7",
                  "dataset shakespeare", "trust_remote_code=True", "padding=True"):
         assert said in card, said
+
+
+# every transformers release from the pinned one to the newest: nanoKV's text or a clear error ----
+
+NEWEST = os.path.join(ROOT, ".tf-newest")  # requirements-newest.txt, installed apart (README's test command)
+
+
+def test_the_two_releases_tested_are_named_in_one_place():
+    from common import TRANSFORMERS
+    pins = {}
+    for f in ("requirements-dev.txt", "requirements-newest.txt"):
+        for line in open(os.path.join(ROOT, f)):
+            if line.startswith("transformers=="):
+                pins[f] = line.split("==")[1].split()[0]
+    assert (pins["requirements-dev.txt"], pins["requirements-newest.txt"]) == TRANSFORMERS
+    # this pass runs on one of them: the pin, or the newest in the pass below
+    assert transformers.__version__ == TRANSFORMERS[bool(os.environ.get("NANOKV_NEWEST"))]
+
+
+@pytest.mark.skipif(bool(os.environ.get("NANOKV_NEWEST")), reason="this is that pass")
+def test_every_export_test_passes_on_the_newest_release_too():
+    # this file again, on requirements-newest.txt's transformers, installed apart: a pin that moves
+    # without that pass done fails here (or in the test above)
+    from common import TRANSFORMERS
+    if not os.path.isdir(os.path.join(NEWEST, f"transformers-{TRANSFORMERS[1]}.dist-info")):
+        pytest.fail(f"transformers {TRANSFORMERS[1]} is not in {NEWEST}: "
+                    "pip install --no-deps --target .tf-newest -r requirements-newest.txt")
+    env = dict(os.environ, PYTHONPATH=NEWEST, NANOKV_NEWEST="1", OMP_NUM_THREADS="1")
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider",
+                        "tests/test_export.py"], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout[-3000:]
+
+
+def test_an_argument_forward_does_not_know_is_refused_by_name(built):
+    _, _, hf = built("lrkv")
+    idx = torch.zeros(1, 4, dtype=torch.long)
+    with pytest.raises(TypeError, match="bogus") as e:
+        hf(idx, bogus=1)
+    assert len(str(e.value).splitlines()) == 1
+    with pytest.raises(ValueError, match="bogus"):  # transformers' own check of generate's arguments
+        hf.generate(idx, max_new_tokens=2, bogus=1)
+    # the cache under either name: transformers' name since 5.24, and the older one
+    with torch.no_grad():
+        whole = hf(idx).logits[:, -1]
+        for name in ("cache", "past_key_values"):
+            cache = hf(idx[:, :3]).past_key_values
+            assert torch.allclose(hf(idx[:, 3:], **{name: cache}).logits[:, -1], whole, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["mha", "mla", "lrkv"])
+def test_a_request_past_the_context_is_refused_before_the_first_token(built, name, monkeypatch):
+    model, path, hf = built(name)
+    steps = []
+    monkeypatch.setattr(type(hf.model), "forward", lambda *a, **k: steps.append(1))
+    idx = torch.zeros(1, 100, dtype=torch.long)  # a context of 128: 28 fit
+    for asked in (dict(max_new_tokens=29), dict(max_length=129)):
+        with pytest.raises(ValueError, match="room for 28 new ones in the context of 128; 29 were asked"):
+            hf.generate(idx, do_sample=False, **asked)
+    generator = transformers.pipeline("text-generation", model=hf, tokenizer=path)
+    with pytest.raises(ValueError, match="room for 122 new ones"):  # "ROMEO:", 6 tokens
+        generator("ROMEO:", max_new_tokens=200)
+    assert not steps  # refused before any work
+    monkeypatch.undo()
+    # a request of no length runs to the context; a max_length is kept
+    assert hf.generate(idx, do_sample=False).shape[1] == 128
+    assert hf.generate(idx, do_sample=False, max_length=110).shape[1] == 110
+
+
+def test_a_window_export_is_refused_past_the_context_as_nanokvs_own_generate_is(built):
+    # a window's cache could run on, but positions past block_size have no RoPE angles
+    model, _, hf = built("lrkv_window", **WINDOW["lrkv_window"])
+    idx = torch.randint(0, 256, (1, 100), generator=torch.Generator().manual_seed(3))
+    with pytest.raises(ValueError, match="room for 28 new ones"):
+        greedy(hf, idx, 60)
+    with pytest.raises(ValueError, match="exceed the context"):
+        model.generate(idx, 60, 0)
+    assert torch.equal(greedy(hf, idx, 28), model.generate(idx, 28, 0))
+
+
+def test_generate_says_nothing_on_an_ordinary_call(built):
+    import logging
+    _, _, hf = built("lrkv")
+    said = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: said.append(record.getMessage())
+    logger = transformers.utils.logging.get_logger("transformers")  # the library's, where its own log
+    logger.addHandler(handler)
+    try:
+        greedy(hf, torch.zeros(1, 4, dtype=torch.long), 8)
+        hf.generate(torch.zeros(1, 4, dtype=torch.long), do_sample=False)
+    finally:
+        logger.removeHandler(handler)
+    assert not said
+
+
+def test_the_cards_snippet_runs_as_written_and_refuses_an_old_release(built):
+    model, path, _ = built("lrkv")
+    card = open(os.path.join(path, "README.md")).read()
+    head = card.split("---")[1]
+    for field in ("library_name: transformers", "pipeline_tag: text-generation", "license:"):
+        assert field in head, field
+    from common import TRANSFORMERS
+    assert "arxiv.org/abs/2601.11471" in card and f"{TRANSFORMERS[0]} to {TRANSFORMERS[1]}" in card
+    snippet = card.split("```python\n")[1].split("```")[0].replace("DIR", repr(path))
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    p = subprocess.run([sys.executable, "-c", snippet], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.startswith("['ROMEO:") and "To be, or" in p.stdout
+    old = "import transformers\ntransformers.__version__ = '5.22.0'\n" + snippet
+    p = subprocess.run([sys.executable, "-c", old], cwd=ROOT, env=env, capture_output=True, text=True)
+    said = p.stderr.strip().splitlines()[-1]
+    assert p.returncode == 1 and said.startswith("ImportError: this nanoKV export needs transformers")
+    assert f"{TRANSFORMERS[0]} or newer" in said and "5.22.0 is installed" in said
