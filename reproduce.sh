@@ -4,7 +4,7 @@
 # time it takes is in docs/performance.md (Wall time).
 #   bash reproduce.sh                  # seed 0 into out/reproduce/, figure in out/reproduce/figure_tokens.png
 #   SEEDS="0 1 2" bash reproduce.sh    # three seeds (seed 0 reused if done); plot.py reports mean, spread, paired gaps
-#   SWEEP=pareto bash reproduce.sh     # loss against KV-cache size: 11 settings x 3 seeds, 300 steps, into out/pareto/
+#   SWEEP=pareto bash reproduce.sh     # loss against KV-cache size: 12 settings x 3 seeds, 300 steps, into out/pareto/
 #   SWEEP=lr bash reproduce.sh         # each design at Muon rates x0.5 x0.7 x1 x1.4 x2 of the paper's, 3 seeds, into out/lr/
 #   LRS="0.5 2" SWEEP=lr bash reproduce.sh   # some of the rates (multiples of the paper's matrix_lr)
 #   OUT=out/matched DESIGNS="lrkv mla gqa mqa" bash reproduce.sh --match_params   # at MHA's parameter count
