@@ -11,7 +11,7 @@
 #   OUT=out/mine bash reproduce.sh     # another folder (runs there are the reproduction's alone)
 #   DESIGNS="mha lrkv" JOBS=1 PYTHON=python bash reproduce.sh   # some designs, one at a time, an existing Python
 #   SWEEP=recall bash reproduce.sh    # MQAR recall as E6 runs it (config/mqar.py): the designs and MHA with a window of
-#                                     # 32 (the control that must forget), into out/recall/
+#                                     # 32 (E6's control), into out/recall/
 #   WIDTHS="32" PAIRS="8 16" LRS="0.5 1" SEEDS="0 1 2" SWEEP=recall bash reproduce.sh   # a grid: d_model, one pair
 #                                     # count a run (default: the mixture), rates x the paper's (default: the config's)
 #   DRY=1 SWEEP=pareto bash reproduce.sh   # print the train.py commands, run nothing
@@ -64,7 +64,7 @@ elif [ "${SWEEP:-}" = lr ]; then
 elif [ "${SWEEP:-}" = recall ]; then
   OUT=${OUT:-out/recall}
   runs() {  # config/mqar.py at each width (d_model, 4 heads), pair count and Muon rate; '-': the config's
-    controls=; [[ " $DESIGNS " == *" mha "* ]] && controls=mha_w32  # the control that must forget, beside MHA
+    controls=; [[ " $DESIGNS " == *" mha "* ]] && controls=mha_w32  # E6's control, beside MHA
     for s in ${SEEDS:-0}; do
       for attn in $DESIGNS $controls; do
         for w in ${WIDTHS:-64}; do
