@@ -4,15 +4,15 @@ The five KV-cache designs, one class each, side by side.
 Every class takes x (B, T, C) and returns (B, T, C). H query heads of size d_h always;
 what differs is how keys and values are made and what a KV cache must keep per token:
 
-    mha / gqa / mqa   GroupedQueryAttention   n_kv_head full K/V heads          2·n_kv·d_h
-    mla               MLA                     latent c_kv and one RoPE key k_pe  d_c + d_r
-    lrkv              LRKV                    shared K/V, rank-r latents, norms  2·d_h + 2·H·r + H
+    mha / gqa / mqa  GroupedQueryAttention  n_kv_head full K/V heads          2·n_kv·d_h
+    mla              MLA                    latent c_kv and one RoPE key k_pe  d_c + d_r
+    lrkv             LRKV                   shared K/V, rank-r latents, norms  2·d_h + 2·H·r + H
 
 forward(x, cos, sin, cache=None, pos=None, mask=None), cos/sin the RoPE tables of every position.
 No cache: training, tokens at 0..T-1. A KVCache and pos None: a prefill, the training path, and the
 cache stores what the design keeps. pos, a (T,) tensor: decoding, the tokens written there attend
 over the whole cache under a mask, so one compiled step serves every position. Only a left-padded
-batch brings a mask (B, 1, T, positions) and each row's own tables (B, positions, d/2) (GPT.forward).
+batch (GPT.forward) brings a mask (B, 1, T, positions) and each row's tables (B, positions, d/2).
 Each class reads in that order: its training path (the paper's equations), then its decode path.
 """
 import math
@@ -27,19 +27,20 @@ EPS = torch.finfo(torch.float32).eps
 
 def rms_inv(x):
     # 1 / rms(x) over the last dim, in fp32 -> (..., 1)
-    return torch.rsqrt(torch.linalg.vector_norm(x.float(), dim=-1, keepdim=True).square() / x.size(-1) + EPS)
+    mean_sq = torch.linalg.vector_norm(x.float(), dim=-1, keepdim=True).square() / x.size(-1)
+    return torch.rsqrt(mean_sq + EPS)
 
 
 class RMSNorm(torch.autograd.Function):
-    """Parameter-free RMSNorm over the last dim (nanochat's), y = x / rms(x), its gradient written out,
-    dx = (g - y·mean(g·y)) / rms(x): one pass, where F.rms_norm's CPU backward is a chain of ops.
+    """Parameter-free RMSNorm over the last dim (nanochat's), y = x / rms(x), its gradient written
+    out, dx = (g - y·mean(g·y)) / rms(x): one pass, where F.rms_norm's CPU backward is many ops.
     In fp32 (as CUDA's autocast runs rms_norm), returned in x's dtype: cached keys stay bf16."""
 
     @staticmethod
     def forward(ctx, x):
         inv = rms_inv(x)  # (..., 1)
         y = x.float() * inv
-        if y.dtype != x.dtype:  # not a no-op .type_as(x): torch 2.11's compile then zeroes the gradient
+        if y.dtype != x.dtype:  # skip a no-op .type_as(x): torch 2.11's compile zeroes its grad
             y = y.to(x.dtype)
         ctx.save_for_backward(y, inv)
         return y
@@ -71,9 +72,9 @@ def band(T, window, device=None):
 
 
 def padded(q, k, pad, window=0):
-    # (B, 1, len(q), len(k)): which key positions k each query position q sees in a batch whose row b
-    # starts with pad[b] pads: the causal ones (a window's last `window`) that are no pad; a pad sees
-    # itself, so that no row of the softmax is empty (a NaN)
+    # (B, 1, len(q), len(k)): which key positions k each query position q sees in a batch whose
+    # row b starts with pad[b] pads: the causal ones (a window's last `window`) that are no pad; a
+    # pad sees itself, so that no row of the softmax is empty (a NaN)
     q, k = q[:, None], k[None, :]
     see = (k <= q) & (k > q - window) if window else k <= q  # (len(q), len(k))
     return (see & ((k >= pad[:, None, None]) | (k == q)))[:, None]
@@ -84,30 +85,32 @@ def attend(q, k, v, scale=None, mask=None, window=0):
     B, H, Tq, D = q.shape
     Hkv = k.size(1)
     if mask is None:  # training, or a prefill: causal, and the fused kernels take GQA
-        if window and Tq > window:  # a sliding window: a banded mask (docs/performance.md: faster than flex here)
+        if window and Tq > window:  # a banded mask (docs/performance.md: faster than flex here)
             return F.scaled_dot_product_attention(q, k, v, band(Tq, window, q.device), scale=scale,
                                                   enable_gqa=Hkv != H)
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=Hkv != H)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale,
+                                              enable_gqa=Hkv != H)
     # mask (Tq, Tk), or a padded batch's (B, 1, Tq, Tk): the slots each token sees. Two matmuls, as
     # LRKV's decode: a fused kernel gives batch-1 decode one GPU thread block per K/V head (one for
-    # MQA and MLA), each reading the whole cache; a matmul spreads over it. The G = H/Hkv query heads
-    # of a group read one K/V head: fold them into the query length.
+    # MQA and MLA), each reading the whole cache; a matmul spreads over it. The G = H/Hkv query
+    # heads of a group read one K/V head: fold them into the query length.
     G = H // Hkv
     q = q.reshape(B, Hkv, G * Tq, D)
-    att = (q @ k.transpose(-2, -1)) * (scale if scale is not None else 1 / math.sqrt(D))  # (B, Hkv, G·Tq, Tk)
+    scale = scale if scale is not None else 1 / math.sqrt(D)
+    att = (q @ k.transpose(-2, -1)) * scale  # (B, Hkv, G·Tq, Tk)
     att = att.masked_fill(~torch.cat([mask] * G, dim=-2), float("-inf")).softmax(dim=-1)
     return (att @ v).view(B, H, Tq, -1)  # (B, H, Tq, Dv)
 
 
 class KVCache:
     """One layer's cache: zeroed head-major buffers (B, heads, slots, d) of what a design keeps per
-    token (a slot not yet written is masked, and must not hold a NaN). Head-major: each head's tokens
-    are one contiguous block, which decode's batched matmuls read in place ((B, slots, heads, d) was
+    token (a slot not yet written is masked, and must not hold a NaN). Head-major: each head's
+    tokens are one block, which decode's batched matmuls read in place ((B, slots, heads, d) was
     copied whole every step). max_len tokens, or with a sliding window a ring of slots =
-    min(max_len, window), position p in slot p % slots. write() stores the new tokens (B, heads, T, d)
-    and returns every buffer whole with the mask (T, slots) of what each may attend to (visible); a
-    prefill's mask as given (None: fused causal). n counts the tokens the plain calls of GPT.forward
-    cached; a call with explicit positions (the compiled decode step) leaves it to the caller."""
+    min(max_len, window), position p in slot p % slots. write() stores the new tokens, each
+    (B, heads, T, d), and returns every buffer whole with the mask (T, slots) of what each may
+    attend to (visible); a prefill's mask as given (None: fused causal). n counts the tokens the
+    plain calls of GPT.forward cached; a call with positions (compiled decode) leaves it alone."""
 
     def __init__(self, max_len, window=0):
         self.max_len, self.window, self.n, self.buf = max_len, window, 0, {}
@@ -123,12 +126,13 @@ class KVCache:
         for name, x in new.items():
             if name not in self.buf:
                 self.buf[name] = x.new_zeros(*x.shape[:2], self.slots, x.size(3))
-                if not torch.compiler.is_compiling():  # one address for the cache's life: a decode step
-                    # compiled as a CUDA graph (reduce-overhead) writes it in place, not copied in and out
+                # one address for the cache's life: a decode step compiled as a CUDA graph
+                # (reduce-overhead) writes it in place, not copied in and out
+                if not torch.compiler.is_compiling():
                     torch._dynamo.mark_static_address(self.buf[name])
             if pos is None and x.size(2) <= self.slots:  # a prefill at positions 0..T-1
                 self.buf[name][:, :, :x.size(2)] = x
-            elif pos is None:  # a prefill longer than the ring: its last `slots` tokens, where they wrap to
+            elif pos is None:  # a prefill longer than the ring: its last `slots` tokens, wrapped
                 at = torch.arange(x.size(2) - self.slots, x.size(2), device=x.device) % self.slots
                 self.buf[name].index_copy_(2, at, x[:, :, -self.slots:])
             else:
@@ -137,8 +141,8 @@ class KVCache:
 
     def visible(self, pos, mask=None):
         # (T, slots): the slots each new token at pos may attend to, those holding a position q with
-        # p - window < q <= p; (B, 1, T, slots) where a padded batch's mask (B, 1, T, positions) says
-        # which positions each row's tokens see
+        # p - window < q <= p; or (B, 1, T, slots), where a padded batch's mask says which
+        # positions (B, 1, T, positions) each row's tokens see
         q, p = self.held(pos[-1:]), pos[:, None]  # (slots,), (T, 1)
         see = (q >= 0) & (q <= p)
         see = see & (q > p - self.window) if self.window else see
@@ -150,14 +154,14 @@ class KVCache:
 
 class GroupedQueryAttention(nn.Module):
     """MHA (n_kv_head = H), GQA (a divisor of H) and MQA (1). Eq. 1 of the paper:
-    O_h = softmax(Q_h K_g(h)ᵀ / √d_h) V_g(h), the query heads of group g sharing one K/V head."""
+    O_h = softmax(Q_h K_g(h)ᵀ / √d_h) V_g(h), query heads of group g sharing one K/V head."""
 
-    rope = "head_dim"  # the GPTConfig field of the width RoPE rotates (GPT builds its tables so wide)
+    rope = "head_dim"  # the GPTConfig field of the width RoPE rotates: GPT's tables are so wide
 
     def __init__(self, cfg):
         super().__init__()
         self.H, self.Hkv, self.d_h, self.window = cfg.n_head, cfg.kv_heads, cfg.head_dim, cfg.window
-        self.scale = cfg.attn_scale / math.sqrt(self.d_h)  # QK-normed logits are bounded by attn_scale·√d_h
+        self.scale = cfg.attn_scale / math.sqrt(self.d_h)  # QK-normed: |logit| ≤ attn_scale·√d_h
         self.c_q = nn.Linear(cfg.n_embd, self.H * self.d_h, bias=False)
         self.c_k = nn.Linear(cfg.n_embd, self.Hkv * self.d_h, bias=False)
         self.c_v = nn.Linear(cfg.n_embd, self.Hkv * self.d_h, bias=False)
@@ -183,7 +187,8 @@ class GroupedQueryAttention(nn.Module):
 class MLA(nn.Module):
     """Multi-head latent attention (DeepSeek-V2 §2.1, decoupled RoPE), in DeepSeek's names:
     c_kv = kv_norm(x W_dkv) and k_pe = RoPE(x W_kr), both shared by all heads;
-    k_nope_h = c_kv W_uk_h, v_h = c_kv W_uv_h;  q_h = [q_nope_h, RoPE(q_pe_h)];  k_h = [k_nope_h, k_pe].
+    k_nope_h = c_kv W_uk_h, v_h = c_kv W_uv_h;
+    q_h = [q_nope_h, RoPE(q_pe_h)], k_h = [k_nope_h, k_pe].
     Widths: equal (d_n = d_h - d_r, so q, k and v are all d_h wide) or DeepSeek's (cfg.mla_deepseek:
     d_n = d_h, q/k d_h + d_r wide, v d_h, and a learnable kv_norm weight). No QK-norm: it would
     block absorption, so cfg.attn_scale does not apply and the scale is 1/√(d_n + d_r).
@@ -194,8 +199,8 @@ class MLA(nn.Module):
 
     def __init__(self, cfg):
         super().__init__()
-        self.H, self.d_c, self.d_r, self.d_v = cfg.n_head, cfg.mla_kv_rank, cfg.mla_rope_dim, cfg.head_dim
-        self.window = cfg.window
+        self.H, self.d_c, self.d_r = cfg.n_head, cfg.mla_kv_rank, cfg.mla_rope_dim
+        self.d_v, self.window = cfg.head_dim, cfg.window
         self.d_n = cfg.head_dim if cfg.mla_deepseek else cfg.head_dim - self.d_r
         C, H, dq = cfg.n_embd, self.H, self.d_n + self.d_r
         if cfg.mla_q_rank:  # optional query compression: x -> c_q (q_rank) -> q
@@ -212,7 +217,7 @@ class MLA(nn.Module):
         self.scale = 1.0 / math.sqrt(dq)
 
     def project(self, x, cos, sin):
-        # x (B, T, C) -> q_nope (B, T, H, d_n), q_pe (B, T, H, d_r), c_kv (B, T, d_c), k_pe (B, T, d_r)
+        # x (B, T, C) -> q_nope, q_pe (B, T, H, d_n or d_r), c_kv (B, T, d_c), k_pe (B, T, d_r)
         B, T, C = x.size()
         q = self.W_uq(norm(self.W_dq(x))) if hasattr(self, "W_dq") else self.c_q(x)
         q_nope, q_pe = q.view(B, T, self.H, self.d_n + self.d_r).split([self.d_n, self.d_r], dim=-1)
@@ -228,29 +233,32 @@ class MLA(nn.Module):
         H, d_n, d_r, d_v = self.H, self.d_n, self.d_r, self.d_v
         q_nope, q_pe, c_kv, k_pe = self.project(x, cos[..., :T, :], sin[..., :T, :])
         if cache is not None:  # a prefill: what a token leaves in the cache, d_c + d_r numbers
-            cache.write(None, ckv_pe=torch.cat([c_kv, k_pe], dim=-1).unsqueeze(1))  # (B, 1, T, d_c + d_r)
+            ckv_pe = torch.cat([c_kv, k_pe], dim=-1).unsqueeze(1)  # (B, 1, T, d_c + d_r)
+            cache.write(None, ckv_pe=ckv_pe)
         # up-project the latent to full per-head keys and values (naive, fused causal attention)
         k_nope = self.W_uk(c_kv).view(B, T, H, d_n)  # (B, T, H, d_n)
         v = self.W_uv(c_kv).view(B, T, H, d_v)  # (B, T, H, d_v)
-        k = torch.cat([k_nope, k_pe.unsqueeze(2).expand(B, T, H, d_r)], dim=-1)  # (B, T, H, d_n + d_r)
+        k = torch.cat([k_nope, k_pe.unsqueeze(2).expand(B, T, H, d_r)], -1)  # (B, T, H, d_n + d_r)
         q = torch.cat([q_nope, q_pe], dim=-1)
-        y = attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), self.scale, mask, self.window)  # (B, H, T, d_v)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H, T, d)
+        y = attend(q, k, v, self.scale, mask, self.window)  # (B, H, T, d_v)
         return self.c_proj(y.transpose(1, 2).reshape(B, T, H * d_v))
 
     def decode(self, x, cos, sin, cache, pos, mask=None):
-        """Absorbed, from the cache alone: q_nope·k_nope = q_nope·(W_uk_h c) = (W_uk_hᵀ q_nope)·c, so
-        attention runs in the latent space as MQA with one (d_c + d_r)-wide key [c_kv, k_pe] and one
-        d_c-wide value c_kv, and W_uv is applied after attention. It never builds K or V."""
+        """Absorbed, from the cache alone: q_nope·k_nope = q_nope·(W_uk_h c) = (W_uk_hᵀ q_nope)·c,
+        so attention runs in the latent space as MQA with one (d_c + d_r)-wide key [c_kv, k_pe] and
+        one d_c-wide value c_kv, and W_uv is applied after attention. It never builds K or V."""
         B, T, C = x.size()
         H, d_n, d_c, d_v = self.H, self.d_n, self.d_c, self.d_v
         q_nope, q_pe, c_kv, k_pe = self.project(x, cos, sin)
-        c, mask = cache.write(pos, mask, ckv_pe=torch.cat([c_kv, k_pe], dim=-1).unsqueeze(1))  # (B, 1, T, d_c + d_r)
+        ckv_pe = torch.cat([c_kv, k_pe], dim=-1).unsqueeze(1)  # (B, 1, T, d_c + d_r)
+        c, mask = cache.write(pos, mask, ckv_pe=ckv_pe)
         W_uk = self.W_uk.weight.view(H, d_n, d_c)  # (H, d_n, d_c)
         W_uv = self.W_uv.weight.view(H, d_v, d_c)  # (H, d_v, d_c)
         q_c = torch.einsum("bthn,hnc->bthc", q_nope, W_uk)  # (B, T, H, d_c)
         q = torch.cat([q_c, q_pe], dim=-1).transpose(1, 2)  # (B, H, T, d_c + d_r)
         kv = c["ckv_pe"]  # (B, 1, max_len, d_c + d_r): the key; its first d_c, c_kv, the value
-        y = attend(q, kv, kv[..., :d_c], self.scale, mask)  # (B, H, T, d_c): attention-weighted latents
+        y = attend(q, kv, kv[..., :d_c], self.scale, mask)  # (B, H, T, d_c): weighted latents
         y = torch.einsum("bhtc,hvc->bthv", y, W_uv)  # (B, T, H, d_v)
         return self.c_proj(y.reshape(B, T, H * d_v))
 
@@ -267,13 +275,13 @@ class LRKV(nn.Module):
     K and V are separate weights, as in MHA; B_k, B_v stack the per-head B_h, (H·d_h, r), and are
     block-diagonal maps (head h's latent to head h's residual only): Muon treats them per head."""
 
-    per_head = ("B_k", "B_v")  # stacks of H per-head matrices: Muon orthogonalises each alone (muon.py)
+    per_head = ("B_k", "B_v")  # stacks of H matrices: Muon orthogonalises each alone (muon.py)
     rope = "head_dim"
 
     def __init__(self, cfg):
         super().__init__()
-        self.H, self.d_h, self.r, self.factored = cfg.n_head, cfg.head_dim, cfg.lrkv_rank, cfg.lrkv_factored
-        self.window = cfg.window
+        self.H, self.d_h, self.r = cfg.n_head, cfg.head_dim, cfg.lrkv_rank
+        self.factored, self.window = cfg.lrkv_factored, cfg.window
         C, H, r, d_h = cfg.n_embd, self.H, self.r, self.d_h
         self.scale = cfg.attn_scale / math.sqrt(d_h)  # as MHA: logits bounded by attn_scale·√d_h
         self.c_q = nn.Linear(C, H * d_h, bias=False)  # queries stay full rank per head
@@ -287,14 +295,15 @@ class LRKV(nn.Module):
 
     @torch.no_grad()
     def init_residuals(self, ratio=0.1):
-        # paper §3: U, B small random, scaled so ‖U_h B_hᵀ‖_F ≈ 0.1·‖W_s‖_F for each head, K and V apart
+        # paper §3: U, B small random, so ‖U_h B_hᵀ‖_F ≈ 0.1·‖W_s‖_F for each head, K and V apart
         H, r, d_h = self.H, self.r, self.d_h
         for W_s, U, B in ((self.W_sk, self.U_k, self.B_k), (self.W_sv, self.U_v, self.B_v)):
             U, B = U.weight.view(H, r, -1), B.view(H, d_h, r)  # (H, r, C), (H, d_h, r)
             nn.init.normal_(U, std=1 / math.sqrt(r))
             nn.init.normal_(B, std=1 / math.sqrt(r))
             UB = B @ U  # (H, d_h, C): each head's (U_h B_hᵀ)ᵀ
-            s = (ratio * W_s.weight.norm() / UB.flatten(1).norm(dim=1)).sqrt()  # (H,) split over both factors
+            # (H,): the scale each head needs, split over its two factors
+            s = (ratio * W_s.weight.norm() / UB.flatten(1).norm(dim=1)).sqrt()
             U.mul_(s.view(H, 1, 1))
             B.mul_(s.view(H, 1, 1))
 
@@ -305,18 +314,19 @@ class LRKV(nn.Module):
         cos_t, sin_t = cos[..., at, :], sin[..., at, :]
         q = norm(rope(self.c_q(x).view(B, T, H, d_h), cos_t, sin_t))  # (B, T, H, d_h)
         k_s, v_s = self.W_sk(x), self.W_sv(x)  # X W_s^K, X W_s^V: (B, T, d_h)
-        r_k, r_v = self.U_k(x).view(B, T, H, r), self.U_v(x).view(B, T, H, r)  # R_h = X U_h: (B, T, H, r)
-        B_k, B_v = self.B_k.view(H, d_h, r), self.B_v.view(H, d_h, r)  # (H, d_h, r): B_h of each head
-        cached = cache is not None
-        k_s_rot = rope(k_s.unsqueeze(2), cos_t, sin_t).squeeze(2) if self.factored or cached else None
-        # every head's key and value, (B, T, H, d_h): K_h = X W_s^K + R_h^K B_h^Kᵀ (Eq. 2; factored:
-        # RoPE(X W_s^K) + R_h^K B_h^Kᵀ) and V_h = X W_s^V + R_h^V B_h^Vᵀ (Eq. 3). Decoding needs only
-        # the new keys' norms: it reads the values' parts from the cache (Eq. 7)
-        k = (k_s_rot if self.factored else k_s).unsqueeze(2) + torch.einsum("bthr,hdr->bthd", r_k, B_k)
+        r_k, r_v = self.U_k(x).view(B, T, H, r), self.U_v(x).view(B, T, H, r)  # R_h = X U_h
+        B_k, B_v = self.B_k.view(H, d_h, r), self.B_v.view(H, d_h, r)  # (H, d_h, r): B_h
+        cached = cache is not None  # factored keys and the cache take the shared key rotated alone
+        k_s_rot = rope(k_s[:, :, None], cos_t, sin_t)[:, :, 0] if self.factored or cached else None
+        # every head's key and value, (B, T, H, d_h): K_h = X W_s^K + R_h^K B_h^Kᵀ (Eq. 2;
+        # factored: RoPE(X W_s^K) + R_h^K B_h^Kᵀ) and V_h = X W_s^V + R_h^V B_h^Vᵀ (Eq. 3).
+        # Decoding needs only the new keys' norms: it reads the values' parts from the cache (Eq. 7)
+        k_shared = (k_s_rot if self.factored else k_s).unsqueeze(2)
+        k = k_shared + torch.einsum("bthr,hdr->bthd", r_k, B_k)
         v = v_s.unsqueeze(2) + torch.einsum("bthr,hdr->bthd", r_v, B_v) if pos is None else None
         if cached:
-            # the small cache, 2·d_h + 2·H·r + H: the shared key already rotated (RoPE is linear), the
-            # latents, and each head's 1/rms (QK-norm's divisor), so decode never rebuilds a key
+            # the small cache, 2·d_h + 2·H·r + H: the shared key already rotated (RoPE is linear),
+            # the latents, and each head's 1/rms (QK-norm's divisor), so decode never rebuilds a key
             k_inv = rms_inv(k).type_as(k)  # (B, T, H, 1), as norm()
             c, mask = cache.write(pos, mask, k_s=k_s_rot.unsqueeze(1), v_s=v_s.unsqueeze(1),
                                   k_inv=k_inv.transpose(1, 2), r_k=r_k.transpose(1, 2),
@@ -326,8 +336,9 @@ class LRKV(nn.Module):
                 return self.decode(q, c, mask, cos[..., held, :], sin[..., held, :])
         # training and prefill: RoPE and QK-norm of the full keys, then attention as MHA's
         k = norm(k if self.factored else rope(k, cos_t, sin_t))
-        y = attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), self.scale, mask, self.window)
-        return self.c_proj(y.transpose(1, 2).reshape(B, T, H * d_h))  # y: (B, H, T, d_h)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H, T, d_h)
+        y = attend(q, k, v, self.scale, mask, self.window)  # (B, H, T, d_h)
+        return self.c_proj(y.transpose(1, 2).reshape(B, T, H * d_h))
 
     def decode(self, q, c, mask, cos, sin):
         """Exactly, from the small cache c alone: the scores q·K_h / rms(K_h) as (shared part +
@@ -337,15 +348,15 @@ class LRKV(nn.Module):
         B_k, B_v = self.B_k.view(H, d_h, self.r), self.B_v.view(H, d_h, self.r)
         Tk = c["k_s"].size(2)
         q = q.transpose(1, 2)  # (B, H, T, d_h)
-        # every head against the one shared key: the heads fold into the query length, so the
-        # matmul reads the (B, 1, Tk, d_h) cache in place rather than expanding it H times
-        att = (q.reshape(B, 1, H * T, d_h) @ c["k_s"].transpose(-2, -1)).view(B, H, T, Tk)  # q·RoPE_s(K_s)
+        # q·RoPE_s(K_s), every head against the one shared key: the heads fold into the query
+        # length, so the matmul reads the (B, 1, Tk, d_h) cache in place, not expanded H times
+        att = (q.reshape(B, 1, H * T, d_h) @ c["k_s"].transpose(-2, -1)).view(B, H, T, Tk)
         if self.factored:  # the residual is not rotated: B_h moves into the query, Eq. 6
             qB = torch.einsum("bhtd,hdr->bhtr", q, B_k)  # (B, H, T, r): q B_h
             att = att + qB @ c["r_k"].transpose(-2, -1)  # (B, H, T, Tk): + (q B_h)·R_s
         else:
             att = att + self.rotated_residual_scores(q, B_k, cos, sin, c["r_k"])
-        att = att * c["k_inv"].transpose(-2, -1) * self.scale  # QK-norm of the key (B, H, 1, Tk), then scale
+        att = att * c["k_inv"].transpose(-2, -1) * self.scale  # the keys' QK-norm (B, H, 1, Tk)
         att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
         # values never need rebuilding, Eq. 7: a V_h = a V_s + (a R_h^V) B_h^Vᵀ
         y = (att.reshape(B, 1, H * T, Tk) @ c["v_s"]).view(B, H, T, d_h)  # a V_s, the shared head
@@ -369,6 +380,7 @@ class LRKV(nn.Module):
         B1, B2 = Bt[..., :d], Bt[..., d:]  # (H, 1, r, d/2)
         P = torch.cat([q1 * B1 + q2 * B2, q1 * B2 - q2 * B1], dim=-1)  # (B, H, T, r, d_h)
         trig = torch.cat([cos, sin], dim=-1).to(q.dtype).mT  # (d_h, Tk), or (B, d_h, Tk) per row
-        qB = P @ (trig if trig.dim() == 2 else trig[:, None, None])  # (B, H, T, r, Tk): B_hᵀ RoPE_s⁻¹(q), every s
+        # (B, H, T, r, Tk): B_hᵀ RoPE_s⁻¹(q) at every s
+        qB = P @ (trig if trig.dim() == 2 else trig[:, None, None])
         return torch.linalg.vecdot(qB, r_k.transpose(-2, -1).unsqueeze(2), dim=-2)  # (B, H, T, Tk)
 

@@ -23,21 +23,21 @@ class GPTConfig:
     n_embd: int = 768  # d_model; head_dim d_h = n_embd / n_head
     block_size: int = 2048  # context T
     vocab_size: int = 50304  # GPT-2's 50,257 padded to a multiple of 64
-    n_kv_head: int = None  # GQA's K/V heads; None = a divisor of H near H/4 (mha has H, mqa 1: kv_heads)
+    n_kv_head: int = None  # GQA's K/V heads; None = a divisor of H near H/4 (MHA: H, MQA: 1)
     lrkv_rank: int = None  # LRKV's r; None = round(0.4·d_h), the paper's r ≈ 0.36-0.43·d_h
-    lrkv_factored: bool = False  # LRKV's keys: False the paper's RoPE(K_s + R B_hᵀ); True RoPE(K_s) + R B_hᵀ
+    lrkv_factored: bool = False  # True: keys RoPE(K_s) + R B_hᵀ, not the paper's RoPE(K_s + R B_hᵀ)
     mla_kv_rank: int = None  # MLA's latent d_c; None = d_h (the paper's 128M ratio)
     mla_rope_dim: int = None  # MLA's decoupled RoPE dim d_r; None = d_h/2 (DeepSeek-V2)
     mla_q_rank: int = 0  # MLA's optional query compression rank; 0 = off
-    mla_deepseek: bool = False  # MLA's widths: False d_n = d_h - d_r; True DeepSeek's d_n = d_h + kv_norm weight
+    mla_deepseek: bool = False  # True: DeepSeek's d_n = d_h, kv_norm weight; else d_n = d_h - d_r
     window: int = 0  # sliding-window attention over the last `window` tokens, any design; 0 = all
-    attn_scale: float = 1.0  # multiplies the softmax scale 1/√d_h of the QK-normed designs (all but MLA)
+    attn_scale: float = 1.0  # times the softmax scale 1/√d_h of the QK-normed designs (not MLA)
     rope_base: float = 10000.0
-    mlp_hidden: int = None  # the MLP's width; None = 4·n_embd (train.py --match_params sizes it to MHA's count)
+    mlp_hidden: int = None  # the MLP's width; None = 4·n_embd (--match_params: MHA's parameters)
 
     def __post_init__(self):
         # the chosen design's defaults made concrete, so a saved config says exactly what ran; other
-        # designs' fields stay as given: dataclasses.replace(cfg, attn=...) builds one with cfg's setting
+        # designs' fields stay as given: dataclasses.replace(cfg, attn=...) keeps cfg's setting
         def bad(field, msg):
             raise ValueError(f"{field}={getattr(self, field)!r}: {msg}")
         if self.attn not in DESIGNS:
@@ -73,15 +73,18 @@ class GPTConfig:
                 bad("mla_q_rank", "must be 0 (off) or a positive rank")
         # by what the design is, not its name: a design whose branch above is missing fails here
         for field in (f for f in DESIGNS[self.attn].settings if getattr(self, f) is None):
-            bad(field, f"--attn={self.attn} leaves it unset: give it a default in GPTConfig.__post_init__")
+            bad(field, f"--attn={self.attn} leaves it unset: give it a default in "
+                "GPTConfig.__post_init__")
         Hkv = self.kv_heads if DESIGNS[self.attn].cls == "GroupedQueryAttention" else H
         if not (isinstance(Hkv, int) and 0 < Hkv <= H and H % Hkv == 0):
-            bad("n_kv_head", f"K/V heads must divide n_head={H}; use one of {[g for g in range(1, H + 1) if H % g == 0]}")
+            divisors = [g for g in range(1, H + 1) if H % g == 0]
+            bad("n_kv_head", f"K/V heads must divide n_head={H}; use one of {divisors}")
         self.mlp_hidden = 4 * self.n_embd if self.mlp_hidden is None else self.mlp_hidden
         if self.mlp_hidden < 1:
             bad("mlp_hidden", "the MLP's width must be at least 1 (None: 4·n_embd)")
         if not self.attn_scale > 0:
-            bad("attn_scale", "must be > 0: it multiplies the softmax scale 1/√d_h (1 = the paper's)")
+            bad("attn_scale", "must be > 0: it multiplies the softmax scale 1/√d_h "
+                "(1 = the paper's)")
 
     @property
     def head_dim(self):
@@ -92,8 +95,8 @@ class GPTConfig:
         # the K/V heads of GroupedQueryAttention: H for mha, n_kv_head for gqa, 1 for mqa
         heads = {"mha": self.n_head, "gqa": self.n_kv_head, "mqa": 1}
         if self.attn not in heads:
-            raise ValueError(f"attn={self.attn!r}: GPTConfig.kv_heads has no entry for it; add how many "
-                             "K/V heads it has")
+            raise ValueError(f"attn={self.attn!r}: GPTConfig.kv_heads has no entry for it; add "
+                             "how many K/V heads it has")
         return heads[self.attn]
 
 
@@ -135,7 +138,7 @@ class Block(nn.Module):
 
 
 def rope_tables(cfg):
-    # RoPE's cos and sin for every position, (T, d/2), as wide as the design's class rotates (MLA: d_r)
+    # RoPE's cos and sin at every position, (T, d/2), d the width the design rotates (MLA: d_r)
     d = getattr(cfg, getattr(attention, DESIGNS[cfg.attn].cls).rope)
     inv_freq = cfg.rope_base ** -(torch.arange(0, d, 2, dtype=torch.float32) / d)
     angles = torch.outer(torch.arange(cfg.block_size, dtype=torch.float32), inv_freq)  # (T, d/2)
@@ -153,12 +156,12 @@ class GPT(nn.Module):
         self.register_buffer("cos", cos, persistent=False)
         self.register_buffer("sin", sin, persistent=False)
         self.apply(self._init_weights)
-        nn.init.normal_(self.lm_head.weight, std=0.001)  # near-uniform logits: loss ≈ ln(vocab_size)
+        nn.init.normal_(self.lm_head.weight, std=0.001)  # near-uniform logits: loss ≈ ln V
 
     def _init_weights(self, m):
         if isinstance(m, nn.Linear):
-            # std 1/√fan_in for every input projection (Kaiming, gain 1): a key or value starts at one
-            # scale whether its weight is MHA's, GQA's, W_s or W_dkv; output projections at 0 (below)
+            # std 1/√fan_in, every input projection (Kaiming, gain 1): a key or value starts at one
+            # scale, be its weight MHA's, GQA's, W_s or W_dkv; output projections at 0 (below)
             nn.init.normal_(m.weight, std=1 / math.sqrt(m.weight.size(1)))
         elif isinstance(m, nn.Embedding):
             nn.init.normal_(m.weight, std=1.0)
@@ -170,38 +173,40 @@ class GPT(nn.Module):
 
     def forward(self, idx, targets=None, caches=None, pos=None, last=False, pad=None):
         """idx (B, T), or embeddings (B, T, C) (transformers' inputs_embeds) -> logits (B, T, V) and
-        the loss if targets (training, with gradients: the loss alone, logits None). With caches (one
-        KVCache a layer) the tokens follow the caches[0].n cached, and n advances; with pos, a (T,)
-        tensor of positions, they are written there, n left alone: the decode step torch.compile
-        makes one graph for every position. last: the last position's logits only, (B, 1, V).
-        pad (B,): a left-padded batch, row b starting with pad[b] pads (generate.left_pads): its token
-        i at position i - pad[b], as alone; none attends to a pad. Without pad: fused causal SDPA."""
+        the loss if targets (training, with gradients: the loss alone, logits None). With caches
+        (one KVCache a layer) the tokens follow the caches[0].n cached, and n advances; with pos, a
+        (T,) tensor of positions, they are written there, n left alone: the decode step
+        torch.compile makes one graph for every position. last: the last position's logits only,
+        (B, 1, V). pad (B,): a left-padded batch, row b starting with pad[b] pads
+        (generate.left_pads): its token i at position i - pad[b], as alone; none attends to a pad.
+        Without pad: fused causal SDPA."""
         B, T = idx.shape[:2]
         if caches and pos is None:
             t0, c = caches[0].n, caches[0]
             if t0 + T > c.max_len:
                 raise ValueError(f"{t0 + T} tokens exceed the KV cache's max_len={c.max_len}")
-            if t0 and 1 < T and t0 + T > c.slots:  # a chunk would overwrite slots its own first tokens need
-                raise ValueError(f"a window's cache of {c.slots} slots, once full, takes one token a call "
-                                 f"after the prefill, not {T}")
-            pos = torch.arange(t0, t0 + T, device=idx.device) if t0 else None  # None: a prefill from 0
+            if t0 and 1 < T and t0 + T > c.slots:  # a chunk would overwrite slots it needs itself
+                raise ValueError(f"a window's cache of {c.slots} slots, once full, takes one token "
+                                 f"a call after the prefill, not {T}")
+            pos = torch.arange(t0, t0 + T, device=idx.device) if t0 else None  # None: from 0
             for c in caches:
                 c.n = t0 + T
         elif T > self.cfg.block_size:
             raise ValueError(f"{T} tokens exceed the context block_size={self.cfg.block_size}")
         cos, sin, mask = self.cos, self.sin, None
-        if pad is not None:  # each row its own RoPE tables, shifted by its padding, and a mask of what it sees
+        if pad is not None:  # each row its RoPE tables, shifted by its padding, and what it sees
             p = torch.arange(self.cfg.block_size, device=pad.device)
-            at = (p - pad[:, None]).clamp(min=0)  # (B, block_size): the position of each index in its row
+            at = (p - pad[:, None]).clamp(min=0)  # (B, block_size): each index's place in its row
             cos, sin = cos[at], sin[at]  # (B, block_size, d/2)
-            q, k = (p[:T], p[:T]) if pos is None else (pos, p)  # a decode step's mask covers every position
+            q, k = (p[:T], p[:T]) if pos is None else (pos, p)  # decoding: every position's key
             mask = attention.padded(q, k, pad, self.cfg.window)  # (B, 1, T, len(k))
         x = norm(idx if idx.is_floating_point() else self.wte(idx))  # (B, T, C)
         for i, block in enumerate(self.h):
             x = block(x, cos, sin, caches[i] if caches else None, pos, mask)
         x = norm(x)
-        if targets is not None and torch.is_grad_enabled():  # training: the loss alone, its logits never whole
-            return None, LinearCrossEntropy.apply(x.flatten(0, 1), self.lm_head.weight, targets.reshape(-1))
+        if targets is not None and torch.is_grad_enabled():  # training: the loss, no whole logits
+            return None, LinearCrossEntropy.apply(x.flatten(0, 1), self.lm_head.weight,
+                                                  targets.reshape(-1))
         logits = self.lm_head(x[:, -1:] if last else x).float()  # (B, T, V)
         if targets is None:
             return logits, None
@@ -209,7 +214,8 @@ class GPT(nn.Module):
 
     def new_caches(self, max_len=None):
         if (max_len or 0) > self.cfg.block_size:
-            raise ValueError(f"a KV cache of {max_len} tokens exceeds the context block_size={self.cfg.block_size}")
+            raise ValueError(f"a KV cache of {max_len} tokens exceeds the context "
+                             f"block_size={self.cfg.block_size}")
         return [KVCache(max_len or self.cfg.block_size, self.cfg.window) for _ in self.h]
 
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, **kwargs):
@@ -221,13 +227,18 @@ class GPT(nn.Module):
 # The paper's configurations (its Tables 5-7; 2.5B with the 36 layers its own numbers imply),
 # with each design's paper setting (GQA K/V heads, MLA d_c, LRKV r), and one CPU-sized model.
 PRESETS = {
-    "128m": dict(n_layer=12, n_head=6, n_embd=768, block_size=2048, n_kv_head=3, mla_kv_rank=128, lrkv_rank=46),
-    "512m-8k": dict(n_layer=24, n_head=12, n_embd=1536, block_size=8192, n_kv_head=4, mla_kv_rank=256, lrkv_rank=51),
-    "1.2b": dict(n_layer=24, n_head=12, n_embd=1536, block_size=2048, n_kv_head=4, mla_kv_rank=256, lrkv_rank=51),
-    "2.5b": dict(n_layer=36, n_head=18, n_embd=2304, block_size=2048, n_kv_head=6, mla_kv_rank=384, lrkv_rank=55),
-    "6.3b": dict(n_layer=32, n_head=32, n_embd=4096, block_size=2048, n_kv_head=2, mla_kv_rank=1024, lrkv_rank=54),
-    "cpu": dict(n_layer=4, n_head=4, n_embd=128, block_size=256, vocab_size=320, n_kv_head=2, mla_kv_rank=32, lrkv_rank=13,
-                attn_scale=2.0),
+    "128m": dict(n_layer=12, n_head=6, n_embd=768, block_size=2048,
+                 n_kv_head=3, mla_kv_rank=128, lrkv_rank=46),
+    "512m-8k": dict(n_layer=24, n_head=12, n_embd=1536, block_size=8192,
+                    n_kv_head=4, mla_kv_rank=256, lrkv_rank=51),
+    "1.2b": dict(n_layer=24, n_head=12, n_embd=1536, block_size=2048,
+                 n_kv_head=4, mla_kv_rank=256, lrkv_rank=51),
+    "2.5b": dict(n_layer=36, n_head=18, n_embd=2304, block_size=2048,
+                 n_kv_head=6, mla_kv_rank=384, lrkv_rank=55),
+    "6.3b": dict(n_layer=32, n_head=32, n_embd=4096, block_size=2048,
+                 n_kv_head=2, mla_kv_rank=1024, lrkv_rank=54),
+    "cpu": dict(n_layer=4, n_head=4, n_embd=128, block_size=256, vocab_size=320,
+                n_kv_head=2, mla_kv_rank=32, lrkv_rank=13, attn_scale=2.0),
     # MQAR (config/mqar.py): every design at model.py's default for the width, so a --n_embd sweep
     # keeps each setting in proportion to d_h; vocabulary 320, as E4's
     "mqar": dict(n_layer=2, n_head=4, n_embd=64, block_size=128, vocab_size=320, attn_scale=2.0),

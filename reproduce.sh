@@ -4,14 +4,14 @@
 # time it takes is in docs/performance.md (Wall time).
 #   bash reproduce.sh                  # seed 0 into out/reproduce/, figure in out/reproduce/figure_tokens.png
 #   SEEDS="0 1 2" bash reproduce.sh    # three seeds (seed 0 reused if done); plot.py reports mean, spread, paired gaps
-#   SWEEP=pareto bash reproduce.sh     # loss against KV-cache size: 11 settings x 3 seeds, 300 steps, into out/pareto/
+#   SWEEP=pareto bash reproduce.sh     # loss against KV-cache size: 12 settings x 3 seeds, 300 steps, into out/pareto/
 #   SWEEP=lr bash reproduce.sh         # each design at Muon rates x0.5 x0.7 x1 x1.4 x2 of the paper's, 3 seeds, into out/lr/
 #   LRS="0.5 2" SWEEP=lr bash reproduce.sh   # some of the rates (multiples of the paper's matrix_lr)
 #   OUT=out/matched DESIGNS="lrkv mla gqa mqa" bash reproduce.sh --match_params   # at MHA's parameter count
 #   OUT=out/mine bash reproduce.sh     # another folder (runs there are the reproduction's alone)
 #   DESIGNS="mha lrkv" JOBS=1 PYTHON=python bash reproduce.sh   # some designs, one at a time, an existing Python
 #   SWEEP=recall bash reproduce.sh    # MQAR recall as E6 runs it (config/mqar.py): the designs and MHA with a window of
-#                                     # 32 (the control that must forget), into out/recall/
+#                                     # 32 (E6's control), into out/recall/
 #   WIDTHS="32" PAIRS="8 16" LRS="0.5 1" SEEDS="0 1 2" SWEEP=recall bash reproduce.sh   # a grid: d_model, one pair
 #                                     # count a run (default: the mixture), rates x the paper's (default: the config's)
 #   DRY=1 SWEEP=pareto bash reproduce.sh   # print the train.py commands, run nothing
@@ -64,7 +64,7 @@ elif [ "${SWEEP:-}" = lr ]; then
 elif [ "${SWEEP:-}" = recall ]; then
   OUT=${OUT:-out/recall}
   runs() {  # config/mqar.py at each width (d_model, 4 heads), pair count and Muon rate; '-': the config's
-    controls=; [[ " $DESIGNS " == *" mha "* ]] && controls=mha_w32  # the control that must forget, beside MHA
+    controls=; [[ " $DESIGNS " == *" mha "* ]] && controls=mha_w32  # E6's control, beside MHA
     for s in ${SEEDS:-0}; do
       for attn in $DESIGNS $controls; do
         for w in ${WIDTHS:-64}; do

@@ -21,16 +21,19 @@ from analysis.stats import MARGIN, family, holm, paired_t, render, welch
 from analysis.sweeps import budget_pairs, lr_sweep, sweep
 
 RUNS = "docs/runs"
-RECALL = "· rebuilding (E6)"  # until E6's runs are all in: E4 and E4s could not tell (issue 54)
+RECALL = "runs missing"  # E6's column before every planned run is in, so nothing is read early
 E6_SEEDS = 16  # E6's runs of each design and of the window (docs/plan.md); fewer: not read yet
 E6_PLAN = [("mha", 0), ("gqa", 0), ("mqa", 0), ("mla", 0), ("lrkv", 0), ("mha", 32)]  # (design, window)
-# the glance's columns: (experiment, header, what an established gap is called when positive and
-# when negative; None: a change in a gap, which has no equivalence margin)
-GLANCE = [("E1", "loss, paper's rate (E1)", ("behind", "ahead")),
-          ("E3b", "own rate (E3b)", ("behind", "ahead")),
-          ("E2", "context 1,024 (E2)", None)]
-RULE = (f"Each column is one family, Holm over its designs: behind or ahead when Holm's p < 0.05, = equal\n"
-        f"when two one-sided tests put Δ within ±{MARGIN} nats, · not shown when neither.")  # 2 lines of README
+# the glance's columns: (experiment, header in plain words, what an established gap is called when
+# positive and when negative, None for a change in a gap, which has no equivalence margin; what the
+# key under the table adds). The codes go to the key, so a head reads without them
+GLANCE = [("E1", "loss at paper's rate", ("behind", "ahead"), ""),
+          ("E3b", "at own best rate", ("behind", "ahead"), ""),
+          ("E2", "at 4× context", None, "the gap's change from 256 to 1,024 bytes")]
+LOOKUP = ("E6", "learned the lookup")  # what E6 counted: runs that learned it within 4,000 steps
+UNDECIDED = "inconclusive"  # neither test decides: a gap not established, no equivalence shown
+RULE = ("Holm within each column: behind or ahead at Holm's p < 0.05, = equal when two one-sided "
+        f"tests put Δ within ±{MARGIN} nats, {UNDECIDED} when neither.")
 
 
 def paired(runs, split):
@@ -54,18 +57,18 @@ def cell(r, margin=True):
         return "-"
     tost = r.get("tost")
     mark = ("established" if r["established"] else
-            "equivalent" if margin and tost is not None and tost < 0.05 else "not shown")
+            "equivalent" if margin and tost is not None and tost < 0.05 else UNDECIDED)
     return f"{r['diff']:+.4f} [{r['lo']:+.4f}, {r['hi']:+.4f}] {mark}"
 
 
 def glance(r, words):
-    """'+0.030 behind', '= equal' or '· not shown': the mark, and the estimate where it is established."""
+    """'+0.030 behind', '= equal' or 'inconclusive': the mark, and the estimate where it is established."""
     if not r or r.get("lo") is None:
-        return "· no runs"
+        return "no runs"
     if r["established"]:
         up, down = words or ("wider", "narrower")  # a change in the gap: it grows or shrinks
         return f"{r['diff']:+.3f} {up if r['diff'] > 0 else down}"
-    return "= equal" if words and r.get("tost") is not None and r["tost"] < 0.05 else "· not shown"
+    return "= equal" if words and r.get("tost") is not None and r["tost"] < 0.05 else UNDECIDED
 
 
 def columns(root):
@@ -82,20 +85,18 @@ def columns(root):
 
 def same_cache(path):
     """E5, once its logs exist: LRKV (r=7) against GQA (kv=2) at nearly the same cache, paired by
-    seed; a family of one."""
+    seed; a family of one. Its test, or None."""
     if not glob.glob(os.path.join(path, "*", "log.jsonl")):
         return None
     # the pair `plot.py docs/runs/e5 --pareto` tests, as it pairs settings at nearly equal cache
     r, = family(budget_pairs(sweep(load_runs([path]))))
-    a, b = r["a"], r["b"]
-    return (f"At the same cache (E5): {a['label']} with {a['setting']} ({a['kv_pct']:.1%} of MHA's) minus "
-            f"{b['label']} with {b['setting']} ({b['kv_pct']:.1%}), {r['pairs']} seeds: {cell(r)} "
-            f"(TOST p {r['tost']:.2g}).")
+    return r
 
 
 def recall(root):
     """E6's primary family once every run is in: {(attn, window): its row at the hardest reference
-    cell} (analysis.recall.solve_rows; MHA's row untested, the reference), or None."""
+    cell} (analysis.recall.solve_rows; MHA's row untested, the reference), or None. Each row also
+    gets its runs' context (at which a window's cache is a share of MHA's) and steps."""
     path = os.path.join(root, "e6")
     if not glob.glob(os.path.join(path, "*", "log.jsonl")):
         return None
@@ -113,7 +114,8 @@ def recall(root):
     N = next((r["pairs"] for r in rows if r.get("family") == "primary"), None)
     if N is None:
         raise ValueError("E6's validity runs (e6b) give no reference cell: by its plan E6 compares nothing")
-    return {(r["attn"], r["window"]): r for r in rows
+    cfg = runs[0]["config"]  # one experiment (odd_runs): every run's length and steps are these
+    return {(r["attn"], r["window"]): dict(r, context=cfg["block_size"], steps=cfg["max_iters"]) for r in rows
             if r["pairs"] == N and (r.get("family") == "primary" or (r["attn"], r["window"]) == ("mha", 0))}
 
 
@@ -124,36 +126,61 @@ def control(rows):
 
 
 def recall_cells(rows, passed):
-    """{(attn, window): a glance cell}: runs solved, then behind, ahead or · not shown, Holm within
-    the primary family; every cell '· probe failed' unless the window is established behind MHA."""
-    solved = lambda r: f"{r['k']}/{r['n']} ≥{SOLVED}"
-    mark = lambda r: ("behind" if r["diff"] < 0 else "ahead") if r["established"] else "· not shown"
-    return {k: "· probe failed" if not passed else solved(r) + (" " + mark(r) if "diff" in r else "")
+    """{(attn, window): a glance cell}: runs that learned the lookup, then behind, ahead or
+    inconclusive, Holm within the primary family; every cell 'probe failed' unless the window is
+    established behind MHA."""
+    mark = lambda r: (" behind" if r["diff"] < 0 else " ahead") if r["established"] else " " + UNDECIDED
+    return {k: "probe failed" if not passed else f"{r['k']}/{r['n']}" + (mark(r) if "diff" in r else "")
             for k, r in rows.items()}
 
 
+def glance_table(cols, cache, e6, passed, e5):
+    """The README's table: a word and a number a cell, heads in plain words, the codes in a key."""
+    share = lambda a: f"{100 * cache[a]:.0f}%" if cache.get(a) else "-"  # a design E1 has no runs of: "-"
+    cells = recall_cells(e6, passed) if e6 else {}
+    body = [[d.label, share(a), *(["reference"] * len(GLANCE) if a == "mha" else
+                                  [glance(cols[e].get(a), w) for e, _, w, _ in GLANCE]), cells.get((a, 0), RECALL)]
+            for a, d in DESIGNS.items()]
+    # the window's row says what it is, E6's control; its cache is a share of MHA's only at a given
+    # length, E6's context
+    body += [[f"MHA, sliding window {r['window']} (control)", f"{100 * r['kv_pct']:.0f}% at {r['context']}",
+              *["-"] * len(GLANCE), cells[k]] for k, r in (e6 or {}).items() if k[1]]
+    if e5:  # E5's answer where it belongs, in the loss column: its reference is GQA, not MHA
+        a, b = e5["a"], e5["b"]
+        body += [[f"{a['label']} {a['setting']} against {b['label']} ({100 * b['kv_pct']:.0f}%)",
+                  f"{100 * a['kv_pct']:.0f}%", glance(e5, ("behind", "ahead")), *["-"] * len(GLANCE)]]
+    table = render(["design", "KV cache", *(h for _, h, _, _ in GLANCE), LOOKUP[1]], body)
+    codes = [e for e, *_ in GLANCE] + [LOOKUP[0]]
+    key = (f"Key: {', '.join(codes[:-1])} and {codes[-1]} by column" + ("; the row against GQA is E5" if e5 else "")
+           + ".")  # one line: the codes a head leaves out, each a section of docs/results.md
+    glosses = [f"{h[0].upper()}{h[1:]}: {gloss}." for _, h, _, gloss in GLANCE if gloss]
+    lookup = (f"Learned the lookup (MQAR): runs of {e6['mha', 0]['n']} at test accuracy ≥{SOLVED} "
+              f"with {e6['mha', 0]['pairs']} pairs after {e6['mha', 0]['steps']:,} steps on "
+              f"{e6['mha', 0]['context']}-token sequences; Fisher's test against MHA's." if e6 else "")
+    return table + "\n\n" + key + "\n\n" + wrap(" ".join(s for s in (RULE, *glosses, lookup) if s))
+
+
+def wrap(s):
+    return textwrap.fill(s, 100, break_on_hyphens=False, break_long_words=False)  # lines of a page
+
+
 def verdict(root=RUNS):
-    """(glance, full, notes): the README's table and its family rule; the full table with every
+    """(glance, full, notes): the README's table, its rule and key; the full table with every
     interval and the E5 pair (docs/results.md); the notes under the full one."""
     cols, cache = columns(root)
     e6 = recall(root)
     passed = control(e6)[1] if e6 else None
-    glance_e6 = recall_cells(e6, passed) if e6 else {}
-    share = lambda a: f"{100 * cache[a]:.0f}%" if cache.get(a) else "-"  # a design E1 has no runs of: "-"
-    ref = lambda a, n: ["reference"] * n if a == "mha" else None
-    short = [[d.label, share(a), *(ref(a, len(GLANCE)) or [glance(cols[e].get(a), w) for e, _, w in GLANCE]),
-              glance_e6.get((a, 0), RECALL)] for a, d in DESIGNS.items()]
-    short += [[r["label"], f"{100 * r['kv_pct']:.0f}%", *["-"] * len(GLANCE), glance_e6[k]]
-              for k, r in (e6 or {}).items() if k[1]]  # the window: the control that must fall behind
-    short = render(["design", "KV cache", *(h for _, h, _ in GLANCE), "recall (E6)" if e6 else "recall"], short)
+    e5 = same_cache(os.path.join(root, "e5"))
+    share = lambda a: f"{100 * cache[a]:.0f}%" if cache.get(a) else "-"
     margin = {"E1": True, "E1 validation": True, "E3b": True, "E2": False, "E3a": False}
+    ref = lambda a: ["reference"] * len(margin) if a == "mha" else None
     full = render(["design", "KV cache, % of MHA", "E1: Δ MHA, paper's rate", "E1 on the validation plays",
                    "E3b: Δ MHA, own rate", "E2: change at context 1,024", "E3a: Δ MHA per doubling of the rate"]
-                  + ([f"E6: runs solving {e6['mha', 0]['pairs']} pairs, Δ MHA"] if e6 else []),
-                  [[d.label, share(a), *(ref(a, len(margin)) or [cell(cols[e].get(a), m) for e, m in margin.items()]),
+                  + ([f"E6: runs that learned the lookup, {e6['mha', 0]['pairs']} pairs, Δ MHA"] if e6 else []),
+                  [[d.label, share(a), *(ref(a) or [cell(cols[e].get(a), m) for e, m in margin.items()]),
                     *([solve_cell(e6.get((a, 0)), passed)] if e6 else [])] for a, d in DESIGNS.items()]
-                  + [[r["label"], f"{100 * r['kv_pct']:.0f}%", *["-"] * len(margin), solve_cell(r, passed)]
-                     for k, r in (e6 or {}).items() if k[1]])
+                  + [[r["label"], f"{100 * r['kv_pct']:.0f}% at {r['context']}", *["-"] * len(margin),
+                      solve_cell(r, passed)] for k, r in (e6 or {}).items() if k[1]])
     tests = [(f"{name} {DESIGNS[a].label}", r) for name, col in cols.items() for a, r in col.items()
              if r and r.get("p") is not None]
     tests += [(f"E6 {r['label']}", r) for r in (e6 or {}).values() if r.get("p") is not None]
@@ -161,15 +188,14 @@ def verdict(root=RUNS):
     drop = [f"{name} (Holm p {p:.2g})" for (name, r), p in zip(tests, across) if r["established"] and p >= 0.05]
     notes = ("Δ: design minus MHA in final loss (nats per byte), mean over 12 seeds (E3a: 3), 95% interval; "
              "E2 and E3a give how Δ moves. Each column is one Holm family of its own (the plan's); "
-             f"established: Holm's p < 0.05; equivalent: two one-sided tests within ±{MARGIN} nats; not shown: "
-             "neither. E1 and E3b score the test plays, E1's validation column the same models on the "
-             f"validation plays. {recall_note(e6, passed)} Corrected as one family of all {len(tests)} tests instead, "
-             f"{len(drop)} established marks would drop: {', '.join(drop) or 'none'}.")
-    e5 = same_cache(os.path.join(root, "e5"))
-    wrap = lambda s: textwrap.fill(s, 100, break_on_hyphens=False, break_long_words=False)  # lines of a page
-    rule = RULE + (f"\nRecall: runs of {e6['mha', 0]['n']} at test accuracy ≥{SOLVED} with "
-                   f"{e6['mha', 0]['pairs']} pairs, Fisher's test against MHA's." if e6 else "")
-    return short + "\n\n" + rule, full + (f"\n\n{wrap(e5)}" if e5 else ""), wrap(notes)
+             f"established: Holm's p < 0.05; equivalent: two one-sided tests within ±{MARGIN} nats; "
+             f"{UNDECIDED}: neither. E1 and E3b score the test plays, E1's validation column the same models on "
+             f"the validation plays. {recall_note(e6, passed)} Corrected as one family of all {len(tests)} tests "
+             f"instead, {len(drop)} established marks would drop: {', '.join(drop) or 'none'}.")
+    same = e5 and (f"At the same cache (E5): {e5['a']['label']} with {e5['a']['setting']} "
+                   f"({e5['a']['kv_pct']:.1%} of MHA's) minus {e5['b']['label']} with {e5['b']['setting']} "
+                   f"({e5['b']['kv_pct']:.1%}), {e5['pairs']} seeds: {cell(e5)} (TOST p {e5['tost']:.2g}).")
+    return (glance_table(cols, cache, e6, passed, e5), full + (f"\n\n{wrap(same)}" if e5 else ""), wrap(notes))
 
 
 def solve_cell(r, passed):
@@ -180,13 +206,12 @@ def solve_cell(r, passed):
     if "diff" not in r:
         return f"{r['k']}/{r['n']} reference"
     return (f"{r['k']}/{r['n']}, {r['diff']:+.2f} (Holm p {r['p_holm']:.2g}) "
-            + (("established" if r["established"] else "not shown") if passed else "probe failed"))
+            + (("established" if r["established"] else UNDECIDED) if passed else "probe failed"))
 
 
 def recall_note(e6, passed):
     if e6 is None:
-        return ("Recall has no column: E4 and E4s could not tell (docs/results.md), and its probe is being "
-                "rebuilt as E6.")
+        return "Recall: E6's runs are not all in, so no design's recall is read."
     window = control(e6)[0]
     return (f"E6: runs whose final test accuracy at {window['pairs']} pairs, the hardest cell MHA's validity runs "
             f"solve, is ≥{SOLVED}; two-sided Fisher's exact test against MHA's, Holm over the {len(e6) - 1} rows "
