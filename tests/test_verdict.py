@@ -64,18 +64,31 @@ def test_the_summary_of_results_fits_one_screen():
     assert 100 < words <= 350, words
 
 
-def test_e6s_plateau_on_the_page_is_its_logs():
-    # the runs that never learned the lookup: their final test accuracy at 4 pairs, lowest to highest
+def test_e6s_numbers_in_its_prose_are_its_logs_and_its_geometry():
+    # the sentences of results.md's E6 section whose numbers no table prints, recomputed
     import glob
     import json
-    acc = []
+    import subprocess
+    import sys
+    solved, plateau, window = [], [], []  # the runs that learned the lookup, the others, the window's
     for path in glob.glob(os.path.join(ROOT, "docs", "runs", "e6", "*", "log.jsonl")):
         score = [json.loads(line) for line in open(path) if '"score"' in line][-1]
-        if score["test_acc_p32"] < 0.99:
-            acc.append(score["test_acc_p4"])
-    assert len(acc) == 49  # 96 runs, 47 solved
+        (solved if score["test_acc_p32"] >= 0.99 else plateau).append(score)
+        if "_w32_" in path:
+            window.append(score["test_acc_p4"])
+    assert (len(solved), len(plateau)) == (47, 49)
     page = open(os.path.join(ROOT, "docs", "results.md")).read().split("## Recall: E6")[1].split("\n## ")[0]
-    assert f"at 4 pairs the others stay at {min(acc):.2f}–{max(acc):.2f}" in page.replace("\n  ", " ")
+    page = " ".join(page.split())
+    low = [s["test_acc_p4"] for s in plateau]
+    assert f"at 4 pairs the others stay at {min(low):.2f}–{max(low):.2f}" in page
+    assert f"scored at least {min(s['test_acc_p32'] for s in solved):.4f} at 32 pairs" in page
+    # the window's reach: the share of answers inside it, from the command the page gives
+    out = subprocess.run([sys.executable, "docs/runs/e6/inside.py"], cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT},
+                         capture_output=True, text=True, check=True).stdout
+    share = {int(line.split()[0]): line.split()[2] for line in out.splitlines()}
+    at4 = sum(window) / len(window)  # the window at 4 pairs, the mean over its 16 seeds
+    assert max(window) < 0.99 and f"(0 of 16; test accuracy {at4:.3f}, about a guess), where {share[4]} of" in page
+    assert f"at 32 pairs {share[32]} do" in page
 
 
 def test_the_glance_says_what_the_full_table_says(table):
