@@ -5,10 +5,13 @@ Every class takes x (B, T, C) and returns (B, T, C). H query heads of size d_h a
 what differs is how keys and values are made and what a KV cache must keep per token:
 
     mha / gqa / mqa  GroupedQueryAttention  n_kv_head full K/V heads          2·n_kv·d_h
+                     with k_eq_v            one tensor, keys made at reading  n_kv·d_h
     mla              MLA                    latent c_kv and one RoPE key k_pe  d_c + d_r
     lrkv             LRKV                   shared K/V, rank-r latents, norms  2·d_h + 2·H·r + H
 
-forward(x, cos, sin, cache=None, pos=None, mask=None), cos/sin the RoPE tables of every position.
+forward(x, cos, sin, cache=None, pos=None, mask=None, kv=None) -> (y, kv), cos/sin the RoPE tables
+of every position, kv what the layer attends over (its keys and values, or its cache): kv_share
+layers in a group read their first layer's, passed in, and have no K/V weights of their own.
 No cache: training, tokens at 0..T-1. A KVCache and pos None: a prefill, the training path, and the
 cache stores what the design keeps. pos, a (T,) tensor: decoding, the tokens written there attend
 over the whole cache under a mask, so one compiled step serves every position. Only a left-padded
@@ -154,34 +157,63 @@ class KVCache:
 
 class GroupedQueryAttention(nn.Module):
     """MHA (n_kv_head = H), GQA (a divisor of H) and MQA (1). Eq. 1 of the paper:
-    O_h = softmax(Q_h K_g(h)ᵀ / √d_h) V_g(h), query heads of group g sharing one K/V head."""
+    O_h = softmax(Q_h K_g(h)ᵀ / √d_h) V_g(h), query heads of group g sharing one K/V head.
+    k_eq_v: one projection c_kv makes both, V = X W_kv and K = QK-norm(RoPE(X W_kv)); the cache
+    holds X W_kv alone, Hkv·d_h a token, and decode turns it into keys where it reads them."""
 
     rope = "head_dim"  # the GPTConfig field of the width RoPE rotates: GPT's tables are so wide
+    no_k_eq_v = no_kv_share = ""  # why cfg.k_eq_v, cfg.kv_share cannot be built; "": they can
 
-    def __init__(self, cfg):
+    def __init__(self, cfg, makes_kv=True):
         super().__init__()
         self.H, self.Hkv, self.d_h, self.window = cfg.n_head, cfg.kv_heads, cfg.head_dim, cfg.window
         self.scale = cfg.attn_scale / math.sqrt(self.d_h)  # QK-normed: |logit| ≤ attn_scale·√d_h
-        self.c_q = nn.Linear(cfg.n_embd, self.H * self.d_h, bias=False)
-        self.c_k = nn.Linear(cfg.n_embd, self.Hkv * self.d_h, bias=False)
-        self.c_v = nn.Linear(cfg.n_embd, self.Hkv * self.d_h, bias=False)
-        self.c_proj = nn.Linear(self.H * self.d_h, cfg.n_embd, bias=False)
+        self.k_eq_v, C, kv = cfg.k_eq_v, cfg.n_embd, self.Hkv * self.d_h
+        self.c_q = nn.Linear(C, self.H * self.d_h, bias=False)
+        if makes_kv and cfg.k_eq_v:
+            self.c_kv = nn.Linear(C, kv, bias=False)
+        elif makes_kv:  # (a later layer of a kv_share group reads its first layer's K and V)
+            self.c_k = nn.Linear(C, kv, bias=False)
+            self.c_v = nn.Linear(C, kv, bias=False)
+        self.c_proj = nn.Linear(self.H * self.d_h, C, bias=False)
 
-    def forward(self, x, cos, sin, cache=None, pos=None, mask=None):
+    def forward(self, x, cos, sin, cache=None, pos=None, mask=None, kv=None):
+        # -> (B, T, C), and kv = (k, v, mask) as attend reads them: kv given (a later layer of a
+        # kv_share group), this layer makes none and returns it as it came
         B, T, C = x.size()
         at = slice(T) if pos is None else pos  # the new tokens' angles
-        cos, sin = cos[..., at, :], sin[..., at, :]
+        cos_t, sin_t = cos[..., at, :], sin[..., at, :]
         q = self.c_q(x).view(B, T, self.H, self.d_h)  # (B, T, H, d_h)
+        if kv is None:
+            kv = self.keys_values(x, cos, sin, cos_t, sin_t, cache, pos, mask)
+        q = norm(rope(q, cos_t, sin_t)).transpose(1, 2)  # RoPE then QK-norm: (B, H, T, d_h)
+        y = attend(q, kv[0], kv[1], self.scale, kv[2], self.window)  # (B, H, T, d_h)
+        return self.c_proj(y.transpose(1, 2).reshape(B, T, self.H * self.d_h)), kv
+
+    def keys_values(self, x, cos, sin, cos_t, sin_t, cache, pos, mask):
+        # (k, v, mask): the new tokens' (B, Hkv, T, d_h), or a decode step's whole cache
+        B, T, C = x.size()
+        if self.k_eq_v:
+            v = self.c_kv(x).view(B, T, self.Hkv, self.d_h)  # (B, T, Hkv, d_h): the one tensor
+            k = norm(rope(v, cos_t, sin_t)).transpose(1, 2)
+            v = v.transpose(1, 2)  # (B, Hkv, T, d_h)
+            if cache is not None:
+                c, mask = cache.write(pos, mask, kv=v)  # Hkv·d_h a token
+                if pos is not None:  # every cached token made a key at its slot's position
+                    held = cache.held(pos[-1:]).clamp(min=0)
+                    v = c["kv"]  # (B, Hkv, max_len, d_h), read in place
+                    k = norm(rope(v.transpose(1, 2), cos[..., held, :], sin[..., held, :]))
+                    k = k.transpose(1, 2)
+            return k, v, mask
         k = self.c_k(x).view(B, T, self.Hkv, self.d_h)  # (B, T, Hkv, d_h)
-        v = self.c_v(x).view(B, T, self.Hkv, self.d_h)  # (B, T, Hkv, d_h)
-        q, k = norm(rope(q, cos, sin)), norm(rope(k, cos, sin))  # RoPE then QK-norm
-        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, heads, T, d_h)
+        v = self.c_v(x).view(B, T, self.Hkv, self.d_h)
+        k = norm(rope(k, cos_t, sin_t))
+        k, v = k.transpose(1, 2), v.transpose(1, 2)  # (B, Hkv, T, d_h)
         if cache is not None:  # cache the rotated, normalised keys: 2·Hkv·d_h per token
             c, mask = cache.write(pos, mask, k=k, v=v)
             if pos is not None:
                 k, v = c["k"], c["v"]  # (B, Hkv, max_len, d_h), read in place
-        y = attend(q, k, v, self.scale, mask, self.window)  # (B, H, T, d_h)
-        return self.c_proj(y.transpose(1, 2).reshape(B, T, self.H * self.d_h))
+        return k, v, mask
 
 
 class MLA(nn.Module):
@@ -196,8 +228,11 @@ class MLA(nn.Module):
     d_c + d_r per token; decoding absorbs W_uk into the query and W_uv after attention (decode)."""
 
     rope = "mla_rope_dim"  # only the decoupled d_r-wide part rotates
+    no_k_eq_v = ("its one latent c_kv already makes both keys and values (decode reads c_kv as "
+                 "the value): K=V adds nothing to share")
+    no_kv_share = ""
 
-    def __init__(self, cfg):
+    def __init__(self, cfg, makes_kv=True):
         super().__init__()
         self.H, self.d_c, self.d_r = cfg.n_head, cfg.mla_kv_rank, cfg.mla_rope_dim
         self.d_v, self.window = cfg.head_dim, cfg.window
@@ -208,56 +243,62 @@ class MLA(nn.Module):
             self.W_uq = nn.Linear(cfg.mla_q_rank, H * dq, bias=False)
         else:
             self.c_q = nn.Linear(C, H * dq, bias=False)
-        self.W_dkv = nn.Linear(C, self.d_c, bias=False)  # x -> c_kv, the latent of keys and values
-        self.W_kr = nn.Linear(C, self.d_r, bias=False)  # x -> k_pe, the shared RoPE key
-        self.W_uk = nn.Linear(self.d_c, H * self.d_n, bias=False)  # c_kv -> k_nope of every head
-        self.W_uv = nn.Linear(self.d_c, H * self.d_v, bias=False)  # c_kv -> v of every head
-        self.kv_norm = nn.RMSNorm(self.d_c, elementwise_affine=cfg.mla_deepseek)
+        if makes_kv:  # (a later layer of a kv_share group reads its first layer's latent)
+            self.W_dkv = nn.Linear(C, self.d_c, bias=False)  # x -> c_kv, the keys' and values' latent
+            self.W_kr = nn.Linear(C, self.d_r, bias=False)  # x -> k_pe, the shared RoPE key
+            self.W_uk = nn.Linear(self.d_c, H * self.d_n, bias=False)  # c_kv -> every head's k_nope
+            self.W_uv = nn.Linear(self.d_c, H * self.d_v, bias=False)  # c_kv -> every head's v
+            self.kv_norm = nn.RMSNorm(self.d_c, elementwise_affine=cfg.mla_deepseek)
         self.c_proj = nn.Linear(H * self.d_v, C, bias=False)
         self.scale = 1.0 / math.sqrt(dq)
 
-    def project(self, x, cos, sin):
-        # x (B, T, C) -> q_nope, q_pe (B, T, H, d_n or d_r), c_kv (B, T, d_c), k_pe (B, T, d_r)
+    def forward(self, x, cos, sin, cache=None, pos=None, mask=None, kv=None):
+        # -> (B, T, C), and kv: full keys and values (k, v, mask) in training and a prefill; a
+        # decode step's cache (ckv_pe, mask, the layer whose W_uk and W_uv read it). kv given (a
+        # later layer of a kv_share group): this layer makes none and returns it as it came
         B, T, C = x.size()
+        at = slice(T) if pos is None else pos  # the new tokens' angles
+        cos, sin = cos[..., at, :], sin[..., at, :]
         q = self.W_uq(norm(self.W_dq(x))) if hasattr(self, "W_dq") else self.c_q(x)
-        q_nope, q_pe = q.view(B, T, self.H, self.d_n + self.d_r).split([self.d_n, self.d_r], dim=-1)
+        q_nope, q_pe = q.view(B, T, self.H, -1).split([self.d_n, self.d_r], dim=-1)
+        kv = self.latent(x, cos, sin, cache, pos, mask) if kv is None else kv
+        q_pe = rope(q_pe, cos, sin)  # (B, T, H, d_r)
+        if pos is not None:
+            return self.decode(q_nope, q_pe, *kv), kv
+        q = torch.cat([q_nope, q_pe], dim=-1).transpose(1, 2)  # (B, H, T, d_n + d_r)
+        y = attend(q, kv[0], kv[1], self.scale, kv[2], self.window)  # (B, H, T, d_v)
+        return self.c_proj(y.transpose(1, 2).reshape(B, T, self.H * self.d_v)), kv
+
+    def latent(self, x, cos, sin, cache, pos, mask):
+        # x (B, T, C) -> c_kv (B, T, d_c) and k_pe (B, T, d_r), cached as d_c + d_r a token; then
+        # full keys and values, up-projected (naive: fused causal attention), or the cache
+        B, T, C = x.size()
+        H, d_n, d_r = self.H, self.d_n, self.d_r
         c_kv = self.W_dkv(x)
         c_kv = self.kv_norm(c_kv).type_as(c_kv)  # its dtype, as norm()
         k_pe = rope(self.W_kr(x).unsqueeze(2), cos, sin).squeeze(2)  # one RoPE key for all heads
-        return q_nope, rope(q_pe, cos, sin), c_kv, k_pe
-
-    def forward(self, x, cos, sin, cache=None, pos=None, mask=None):
-        if pos is not None:
-            return self.decode(x, cos[..., pos, :], sin[..., pos, :], cache, pos, mask)
-        B, T, C = x.size()
-        H, d_n, d_r, d_v = self.H, self.d_n, self.d_r, self.d_v
-        q_nope, q_pe, c_kv, k_pe = self.project(x, cos[..., :T, :], sin[..., :T, :])
-        if cache is not None:  # a prefill: what a token leaves in the cache, d_c + d_r numbers
+        if cache is not None:  # what a token leaves in the cache
             ckv_pe = torch.cat([c_kv, k_pe], dim=-1).unsqueeze(1)  # (B, 1, T, d_c + d_r)
-            cache.write(None, ckv_pe=ckv_pe)
-        # up-project the latent to full per-head keys and values (naive, fused causal attention)
+            c, mask = cache.write(pos, mask, ckv_pe=ckv_pe)
+            if pos is not None:
+                return c["ckv_pe"], mask, self
         k_nope = self.W_uk(c_kv).view(B, T, H, d_n)  # (B, T, H, d_n)
-        v = self.W_uv(c_kv).view(B, T, H, d_v)  # (B, T, H, d_v)
+        v = self.W_uv(c_kv).view(B, T, H, self.d_v)  # (B, T, H, d_v)
         k = torch.cat([k_nope, k_pe.unsqueeze(2).expand(B, T, H, d_r)], -1)  # (B, T, H, d_n + d_r)
-        q = torch.cat([q_nope, q_pe], dim=-1)
-        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H, T, d)
-        y = attend(q, k, v, self.scale, mask, self.window)  # (B, H, T, d_v)
-        return self.c_proj(y.transpose(1, 2).reshape(B, T, H * d_v))
+        return k.transpose(1, 2), v.transpose(1, 2), mask  # (B, H, T, d)
 
-    def decode(self, x, cos, sin, cache, pos, mask=None):
+    def decode(self, q_nope, q_pe, kv, mask, src):
         """Absorbed, from the cache alone: q_nope·k_nope = q_nope·(W_uk_h c) = (W_uk_hᵀ q_nope)·c,
         so attention runs in the latent space as MQA with one (d_c + d_r)-wide key [c_kv, k_pe] and
-        one d_c-wide value c_kv, and W_uv is applied after attention. It never builds K or V."""
-        B, T, C = x.size()
-        H, d_n, d_c, d_v = self.H, self.d_n, self.d_c, self.d_v
-        q_nope, q_pe, c_kv, k_pe = self.project(x, cos, sin)
-        ckv_pe = torch.cat([c_kv, k_pe], dim=-1).unsqueeze(1)  # (B, 1, T, d_c + d_r)
-        c, mask = cache.write(pos, mask, ckv_pe=ckv_pe)
-        W_uk = self.W_uk.weight.view(H, d_n, d_c)  # (H, d_n, d_c)
-        W_uv = self.W_uv.weight.view(H, d_v, d_c)  # (H, d_v, d_c)
+        one d_c-wide value c_kv, and W_uv is applied after attention. It never builds K or V.
+        kv (B, 1, max_len, d_c + d_r) the cache; src the layer that made it (W_uk, W_uv)."""
+        B, T, H, d_n = q_nope.shape
+        d_c, d_v = self.d_c, self.d_v
+        W_uk = src.W_uk.weight.view(H, d_n, d_c)  # (H, d_n, d_c)
+        W_uv = src.W_uv.weight.view(H, d_v, d_c)  # (H, d_v, d_c)
         q_c = torch.einsum("bthn,hnc->bthc", q_nope, W_uk)  # (B, T, H, d_c)
         q = torch.cat([q_c, q_pe], dim=-1).transpose(1, 2)  # (B, H, T, d_c + d_r)
-        kv = c["ckv_pe"]  # (B, 1, max_len, d_c + d_r): the key; its first d_c, c_kv, the value
+        # the key is [c_kv, k_pe]; its first d_c, c_kv, is the value
         y = attend(q, kv, kv[..., :d_c], self.scale, mask)  # (B, H, T, d_c): weighted latents
         y = torch.einsum("bhtc,hvc->bthv", y, W_uv)  # (B, T, H, d_v)
         return self.c_proj(y.reshape(B, T, H * d_v))
@@ -277,25 +318,31 @@ class LRKV(nn.Module):
 
     per_head = ("B_k", "B_v")  # stacks of H matrices: Muon orthogonalises each alone (muon.py)
     rope = "head_dim"
+    no_k_eq_v = ("its decode reads the shared key rotated and the value not, from two tensors; "
+                 "one would be rotated at every read, which is not built")
+    no_kv_share = ""
 
-    def __init__(self, cfg):
+    def __init__(self, cfg, makes_kv=True):
         super().__init__()
         self.H, self.d_h, self.r = cfg.n_head, cfg.head_dim, cfg.lrkv_rank
-        self.factored, self.window = cfg.lrkv_factored, cfg.window
+        self.factored, self.window, self.makes_kv = cfg.lrkv_factored, cfg.window, makes_kv
         C, H, r, d_h = cfg.n_embd, self.H, self.r, self.d_h
         self.scale = cfg.attn_scale / math.sqrt(d_h)  # as MHA: logits bounded by attn_scale·√d_h
         self.c_q = nn.Linear(C, H * d_h, bias=False)  # queries stay full rank per head
-        self.W_sk = nn.Linear(C, d_h, bias=False)  # W_s^K, shared by all heads
-        self.W_sv = nn.Linear(C, d_h, bias=False)  # W_s^V
-        self.U_k = nn.Linear(C, H * r, bias=False)  # [U_1^K .. U_H^K]
-        self.U_v = nn.Linear(C, H * r, bias=False)  # [U_1^V .. U_H^V]
-        self.B_k = nn.Parameter(torch.empty(H * d_h, r))  # [B_1^K; ..; B_H^K]
-        self.B_v = nn.Parameter(torch.empty(H * d_h, r))
+        if makes_kv:  # (a later layer of a kv_share group reads its first layer's keys and values)
+            self.W_sk = nn.Linear(C, d_h, bias=False)  # W_s^K, shared by all heads
+            self.W_sv = nn.Linear(C, d_h, bias=False)  # W_s^V
+            self.U_k = nn.Linear(C, H * r, bias=False)  # [U_1^K .. U_H^K]
+            self.U_v = nn.Linear(C, H * r, bias=False)  # [U_1^V .. U_H^V]
+            self.B_k = nn.Parameter(torch.empty(H * d_h, r))  # [B_1^K; ..; B_H^K]
+            self.B_v = nn.Parameter(torch.empty(H * d_h, r))
         self.c_proj = nn.Linear(H * d_h, C, bias=False)
 
     @torch.no_grad()
     def init_residuals(self, ratio=0.1):
         # paper §3: U, B small random, so ‖U_h B_hᵀ‖_F ≈ 0.1·‖W_s‖_F for each head, K and V apart
+        if not self.makes_kv:  # a later layer of a kv_share group: no K/V weights of its own
+            return
         H, r, d_h = self.H, self.r, self.d_h
         for W_s, U, B in ((self.W_sk, self.U_k, self.B_k), (self.W_sv, self.U_v, self.B_v)):
             U, B = U.weight.view(H, r, -1), B.view(H, d_h, r)  # (H, r, C), (H, d_h, r)
@@ -307,12 +354,26 @@ class LRKV(nn.Module):
             U.mul_(s.view(H, 1, 1))
             B.mul_(s.view(H, 1, 1))
 
-    def forward(self, x, cos, sin, cache=None, pos=None, mask=None):
+    def forward(self, x, cos, sin, cache=None, pos=None, mask=None, kv=None):
+        # -> (B, T, C), and kv: full keys and values (k, v, mask) in training and a prefill; a
+        # decode step's (cache, mask, its slots' cos and sin, the layer whose B_h read it). kv
+        # given (a later layer of a kv_share group): this layer makes none, returns it as it came
         B, T, C = x.size()
-        H, r, d_h = self.H, self.r, self.d_h
+        H, d_h = self.H, self.d_h
         at = slice(T) if pos is None else pos  # the new tokens' angles
         cos_t, sin_t = cos[..., at, :], sin[..., at, :]
         q = norm(rope(self.c_q(x).view(B, T, H, d_h), cos_t, sin_t))  # (B, T, H, d_h)
+        if kv is None:
+            kv = self.keys_values(x, cos, sin, cos_t, sin_t, cache, pos, mask)
+        if pos is not None:
+            y = self.decode(q, *kv)  # (B, H, T, d_h)
+        else:
+            y = attend(q.transpose(1, 2), kv[0], kv[1], self.scale, kv[2], self.window)
+        return self.c_proj(y.transpose(1, 2).reshape(B, T, H * d_h)), kv
+
+    def keys_values(self, x, cos, sin, cos_t, sin_t, cache, pos, mask):
+        B, T, C = x.size()
+        H, r, d_h = self.H, self.r, self.d_h
         k_s, v_s = self.W_sk(x), self.W_sv(x)  # X W_s^K, X W_s^V: (B, T, d_h)
         r_k, r_v = self.U_k(x).view(B, T, H, r), self.U_v(x).view(B, T, H, r)  # R_h = X U_h
         B_k, B_v = self.B_k.view(H, d_h, r), self.B_v.view(H, d_h, r)  # (H, d_h, r): B_h
@@ -333,19 +394,18 @@ class LRKV(nn.Module):
                                   r_v=r_v.transpose(1, 2))  # (B, heads, T, d)
             if pos is not None:  # RoPE's tables at the positions the slots hold
                 held = cache.held(pos[-1:]).clamp(min=0)
-                return self.decode(q, c, mask, cos[..., held, :], sin[..., held, :])
+                return c, mask, cos[..., held, :], sin[..., held, :], self
         # training and prefill: RoPE and QK-norm of the full keys, then attention as MHA's
         k = norm(k if self.factored else rope(k, cos_t, sin_t))
-        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H, T, d_h)
-        y = attend(q, k, v, self.scale, mask, self.window)  # (B, H, T, d_h)
-        return self.c_proj(y.transpose(1, 2).reshape(B, T, H * d_h))
+        return k.transpose(1, 2), v.transpose(1, 2), mask  # (B, H, T, d_h)
 
-    def decode(self, q, c, mask, cos, sin):
+    def decode(self, q, c, mask, cos, sin, src):
         """Exactly, from the small cache c alone: the scores q·K_h / rms(K_h) as (shared part +
         residual part) · k_inv, and the values by Eq. 7; no K_h or V_h of a cached token is rebuilt.
-        q (B, T, H, d_h) normed and rotated; cos/sin the tables of each slot's position."""
+        q (B, T, H, d_h) normed and rotated; cos/sin the tables of each slot's position; src the
+        layer that made the cache (its B_h) -> (B, H, T, d_h)."""
         B, T, H, d_h = q.shape
-        B_k, B_v = self.B_k.view(H, d_h, self.r), self.B_v.view(H, d_h, self.r)
+        B_k, B_v = src.B_k.view(H, d_h, self.r), src.B_v.view(H, d_h, self.r)
         Tk = c["k_s"].size(2)
         q = q.transpose(1, 2)  # (B, H, T, d_h)
         # q·RoPE_s(K_s), every head against the one shared key: the heads fold into the query
@@ -361,8 +421,7 @@ class LRKV(nn.Module):
         # values never need rebuilding, Eq. 7: a V_h = a V_s + (a R_h^V) B_h^Vᵀ
         y = (att.reshape(B, 1, H * T, Tk) @ c["v_s"]).view(B, H, T, d_h)  # a V_s, the shared head
         a_r = att @ c["r_v"]  # (B, H, T, r): a R_h^V
-        y = y + torch.einsum("bhtr,hdr->bhtd", a_r, B_v)  # (B, H, T, d_h)
-        return self.c_proj(y.transpose(1, 2).reshape(B, T, H * d_h))
+        return y + torch.einsum("bhtr,hdr->bhtd", a_r, B_v)  # (B, H, T, d_h)
 
     @staticmethod
     def rotated_residual_scores(q, B_k, cos, sin, r_k):

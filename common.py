@@ -80,9 +80,9 @@ def setting(cfg):
 
 def design_keys(attn):
     # what makes two runs of a design two settings rather than two seeds: the design's own
-    # knobs, the MLP's width and the window. Not another design's: MHA and MQA logs carry an
-    # n_kv_head they ignore.
-    return DESIGNS[attn].settings + ("mlp_hidden", "window")
+    # knobs, the MLP's width, the window and K/V sharing. Not another design's: MHA and MQA logs
+    # carry an n_kv_head they ignore.
+    return DESIGNS[attn].settings + ("mlp_hidden", "window", "k_eq_v", "kv_share")
 
 
 def resolve_device(device="auto", local_rank=0, world=1):

@@ -25,7 +25,7 @@ import json
 import os
 import re
 import shutil
-from dataclasses import asdict, replace
+from dataclasses import asdict
 
 import flops
 from attention import EPS
@@ -54,7 +54,8 @@ def rename(key, pairs):
 
 def native(cfg):
     """Whether transformers' own NanoChat computes this model's logits."""
-    return cfg.attn in ("mha", "gqa", "mqa") and cfg.attn_scale == 1.0
+    return cfg.attn in ("mha", "gqa", "mqa") and cfg.attn_scale == 1.0 and not cfg.k_eq_v \
+        and cfg.kv_share == 1  # NanoChat has separate K and V weights in every layer
 
 
 def relative(src):
@@ -138,7 +139,7 @@ def card(cfg, run, kind):
     """The folder's README.md, its model card: the design, the bytes its cache keeps per token, the
     training run, and how to load it."""
     per_token = flops.kv_cache_bytes_per_token(cfg)  # bf16, as a GPU decodes
-    mha = flops.kv_cache_bytes_per_token(replace(cfg, attn="mha"))
+    mha = flops.kv_cache_bytes_per_token(flops.standard_mha(cfg))
     remote = ", trust_remote_code=True" if kind == "nanokv" else ""
     tc = run.get("train_config") or {}
     keys = ("dataset", "tokenizer", "train_tokens", "batch_size", "seed")

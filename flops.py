@@ -17,17 +17,24 @@ from model import PRESETS, preset
 
 def attention_counts(cfg):
     """What the formulas below need of a design's attention, one layer, by its class in attention.py:
-        q, kv     weights that make the queries, and the keys and values
+        q, kv     weights that make the queries, and the keys and values (kv: in the first layer
+                  of each kv_share group only, the layer that makes them)
         gains     learnable norm weights among them (AdamW's, multiplied elementwise: no FLOPs)
         d_qk      query/key width per head (the value is d_h wide in every design)
-        cache     elements one token adds to the KV cache (attention.py's table)
+        cache     elements one token adds to the KV cache (attention.py's table), a K/V group
         decode    FLOPs of the decode step's attention per cached token, as its code computes it
-        decode_w  weights the decode step multiplies beyond the layer's own (2 FLOPs each)"""
+        decode_w  weights the decode step multiplies beyond the layer's own (2 FLOPs each)
+        read      of kv, the weights every layer of a group multiplies to read the cache in decode
+        decode_kv FLOPs per cached token a group spends making keys of its cache in decode (K=V's
+                  RoPE and QK-norm: elementwise, which torch's FLOP counter does not see)"""
     d, H, d_h, kind = cfg.n_embd, cfg.n_head, cfg.head_dim, DESIGNS[cfg.attn].cls
     if kind == "GroupedQueryAttention":  # mha, gqa, mqa: kv_heads full K/V heads, scores and values
-        Hkv = cfg.kv_heads
-        return dict(q=d * H * d_h, kv=2 * Hkv * d * d_h, gains=0, d_qk=d_h, cache=2 * Hkv * d_h,
-                    decode=4 * H * d_h, decode_w=0)
+        # K=V: one projection and one cached tensor; decode makes each cached token a key again:
+        # RoPE (a product and a multiply-add) and QK-norm (a square-sum and a scale), 6 an element
+        Hkv, n = cfg.kv_heads, 1 if cfg.k_eq_v else 2
+        return dict(q=d * H * d_h, kv=n * Hkv * d * d_h, gains=0, d_qk=d_h, cache=n * Hkv * d_h,
+                    decode=4 * H * d_h, decode_w=0, read=0,
+                    decode_kv=6 * Hkv * d_h if cfg.k_eq_v else 0)
     if kind == "MLA":
         # W_dkv: d -> c_kv, W_kr: d -> k_pe; W_uk, W_uv: c_kv -> k_nope, v per head. d_n: DeepSeek's
         # widths keep the content key d_h wide, equal widths make d_n + d_r = d_h. The cache: c_kv
@@ -38,7 +45,8 @@ def attention_counts(cfg):
         gains = d_c if cfg.mla_deepseek else 0  # kv_norm's weight
         return dict(q=d * q_rank + q_rank * H * d_qk if q_rank else d * H * d_qk,
                     kv=d * (d_c + d_r) + d_c * H * (d_qk - d_r + d_h) + gains, gains=gains, d_qk=d_qk,
-                    cache=d_c + d_r, decode=2 * H * (d_c + d_r) + 2 * H * d_c, decode_w=0)
+                    cache=d_c + d_r, decode=2 * H * (d_c + d_r) + 2 * H * d_c, decode_w=0,
+                    read=d_c * H * (d_qk - d_r + d_h), decode_kv=0)  # read: W_uk, W_uv, absorbed
     if kind == "LRKV":
         # Eq. 10: shared W_s^{K,V} plus per-head U_h, B_h for K and V. The cache: X W_s^{K,V} and
         # R_h^{K,V} of every head (the paper's 2·d_h + 2·H·r) and each head's key norm (H). Decode:
@@ -49,7 +57,8 @@ def attention_counts(cfg):
         decode = 4 * H * (d_h + r) if cfg.lrkv_factored else 4 * H * d_h + 2 * H * r * d_h + 4 * H * r
         return dict(q=d * H * d_h, kv=2 * d * d_h + 2 * H * r * (d + d_h), gains=0, d_qk=d_h,
                     cache=2 * d_h + 2 * H * r + H, decode=decode,
-                    decode_w=H * d_h * r if cfg.lrkv_factored else 0)
+                    decode_w=H * d_h * r if cfg.lrkv_factored else 0, read=H * d_h * r,
+                    decode_kv=0)  # read: B_v, after attention (Eq. 7)
     raise ValueError(f"flops.py has no formulas for {kind} (--attn={cfg.attn}): "
                      "add them to flops.attention_counts")
 
@@ -58,25 +67,35 @@ def d_qk(cfg):
     return attention_counts(cfg)["d_qk"]
 
 
+def standard_mha(cfg):
+    # the reference a design is measured against: MHA at cfg's shape, no K/V sharing of any kind
+    return replace(cfg, attn="mha", k_eq_v=False, kv_share=1)
+
+
+def kv_layers(cfg):
+    # the layers that make keys and values: one a kv_share group
+    return cfg.n_layer // cfg.kv_share
+
+
 def params(cfg):
-    """Every parameter: embedding, per layer (q, K/V path, output, MLP), head."""
+    """Every parameter: embedding, per layer (q, output, MLP), per K/V group (K/V path), head."""
     d = cfg.n_embd
     a = attention_counts(cfg)
-    layer = a["q"] + a["kv"] + d * d + 2 * d * cfg.mlp_hidden
-    return 2 * cfg.vocab_size * d + cfg.n_layer * layer
+    layer = a["q"] + d * d + 2 * d * cfg.mlp_hidden
+    return 2 * cfg.vocab_size * d + cfg.n_layer * layer + kv_layers(cfg) * a["kv"]
 
 
 def match_params(cfg):
     """cfg with the MLP width that gives it standard MHA's parameter count at the same shape. The
     attention is left as it is; each unit of MLP width is 2·d parameters per layer, so the nearest
     width leaves the two counts under n_layer·d apart."""
-    mha = params(replace(cfg, attn="mha", mlp_hidden=None))
+    mha = params(replace(standard_mha(cfg), mlp_hidden=None))
     own = params(replace(cfg, mlp_hidden=4 * cfg.n_embd))
     return replace(cfg, mlp_hidden=4 * cfg.n_embd + round((mha - own) / (2 * cfg.n_embd * cfg.n_layer)))
 
 
 def kv_params(cfg):
-    return cfg.n_layer * attention_counts(cfg)["kv"]
+    return kv_layers(cfg) * attention_counts(cfg)["kv"]
 
 
 def train_flops_per_token(cfg):
@@ -87,7 +106,8 @@ def train_flops_per_token(cfg):
     LRKV multiplies X by W_s, U and then B (it never forms the full d×d_h per-head weight), so its
     count is lower than MHA's: exactly its parameters. A norm's gain multiplies elementwise, not
     in a matmul, and is not counted (nor by torch's counter)."""
-    matmul_weights = params(cfg) - cfg.vocab_size * cfg.n_embd - cfg.n_layer * attention_counts(cfg)["gains"]
+    gains = kv_layers(cfg) * attention_counts(cfg)["gains"]
+    matmul_weights = params(cfg) - cfg.vocab_size * cfg.n_embd - gains
     return 6 * matmul_weights + 6 * cfg.n_layer * cfg.block_size * cfg.n_head * (d_qk(cfg) + cfg.head_dim)
 
 
@@ -97,9 +117,11 @@ def decode_flops_per_token(cfg, T):
     another order) plus each design's attention over the cache as its decode step computes it
     (attention_counts); with a sliding window, over the last min(T, window). This is the math's
     count at context T; a static cache of max_len slots computes over all of them."""
-    a = attention_counts(cfg)
-    matmul_weights = params(cfg) - cfg.vocab_size * cfg.n_embd - cfg.n_layer * (a["gains"] - a["decode_w"])
-    return 2 * matmul_weights + cfg.n_layer * a["decode"] * held(cfg, T)
+    a, L, G = attention_counts(cfg), cfg.n_layer, kv_layers(cfg)
+    # a later layer of a K/V group reads its first layer's cache with that layer's read weights
+    weights = params(cfg) - cfg.vocab_size * cfg.n_embd - G * a["gains"] + L * a["decode_w"]
+    weights += (L - G) * a["read"]
+    return 2 * weights + (L * a["decode"] + G * a["decode_kv"]) * held(cfg, T)
 
 
 def paper_flops_per_token(cfg):
@@ -121,7 +143,7 @@ def held(cfg, T):
 
 
 def kv_cache_bytes_per_token(cfg, bytes_per_elem=2):
-    return cfg.n_layer * attention_counts(cfg)["cache"] * bytes_per_elem
+    return kv_layers(cfg) * attention_counts(cfg)["cache"] * bytes_per_elem
 
 
 def cache_bytes(cfg, T, batch=1, bytes_per_elem=2):
@@ -157,7 +179,7 @@ def memory_per_gpu(cfg, batch_size, world, fsdp, checkpointing=False):
     Plus activations, batch_size · block_size · activation_bytes_per_token, and the loss head's
     chunk of logits (bf16, fp32 and their gradient, 12 bytes each) and its weight gradient dW."""
     P, d, V = params(cfg), cfg.n_embd, cfg.vocab_size
-    A = 2 * V * d + cfg.n_layer * attention_counts(cfg)["gains"]
+    A = 2 * V * d + kv_layers(cfg) * attention_counts(cfg)["gains"]
     M, block = P - A, (P - A) // cfg.n_layer  # hidden matrices; one block's
     states = 4 * P + 4 * P + 4 * M + 8 * A
     if fsdp:
@@ -172,7 +194,7 @@ def memory_per_gpu(cfg, batch_size, world, fsdp, checkpointing=False):
 
 def accounting(cfg):
     """What a run's log header records of its model, counted by the formulas above."""
-    mha = replace(cfg, attn="mha")
+    mha = standard_mha(cfg)
     return dict(params=params(cfg), kv_params=kv_params(cfg), flops_per_token=train_flops_per_token(cfg),
                 paper_flops_per_token=paper_flops_per_token(cfg), kv_bytes_per_token=kv_cache_bytes_per_token(cfg),
                 mha_kv_bytes_per_token=kv_cache_bytes_per_token(mha))

@@ -34,6 +34,8 @@ class GPTConfig:
     attn_scale: float = 1.0  # times the softmax scale 1/√d_h of the QK-normed designs (not MLA)
     rope_base: float = 10000.0
     mlp_hidden: int = None  # the MLP's width; None = 4·n_embd (--match_params: MHA's parameters)
+    k_eq_v: bool = False  # keys and values from one projection, one cached tensor (MHA, GQA, MQA)
+    kv_share: int = 1  # layers a K/V group: its first makes the K/V (or cache) the others read (CLA)
 
     def __post_init__(self):
         # the chosen design's defaults made concrete, so a saved config says exactly what ran; other
@@ -75,10 +77,22 @@ class GPTConfig:
         for field in (f for f in DESIGNS[self.attn].settings if getattr(self, f) is None):
             bad(field, f"--attn={self.attn} leaves it unset: give it a default in "
                 "GPTConfig.__post_init__")
-        Hkv = self.kv_heads if DESIGNS[self.attn].cls == "GroupedQueryAttention" else H
+        kind = getattr(attention, DESIGNS[self.attn].cls, None)
+        if kind is None:
+            bad("attn", f"its row names the class {DESIGNS[self.attn].cls}, which attention.py lacks")
+        Hkv = self.kv_heads if issubclass(kind, attention.GroupedQueryAttention) else H
         if not (isinstance(Hkv, int) and 0 < Hkv <= H and H % Hkv == 0):
             divisors = [g for g in range(1, H + 1) if H % g == 0]
             bad("n_kv_head", f"K/V heads must divide n_head={H}; use one of {divisors}")
+        # a class says why it cannot share (no_k_eq_v, no_kv_share; "" where it can); one that
+        # says nothing is refused, not run as if it shared
+        for field, off, why in (("k_eq_v", False, "no_k_eq_v"), ("kv_share", 1, "no_kv_share")):
+            said = getattr(kind, why, f"{kind.__name__} does not say it can ({why})")
+            if getattr(self, field) != off and said:
+                bad(field, f"not with --attn={self.attn}: {said}")
+        if not isinstance(self.kv_share, int) or self.kv_share < 1 or self.n_layer % self.kv_share:
+            bad("kv_share", f"must divide n_layer={self.n_layer}: each group of kv_share layers "
+                "shares one layer's keys and values")
         self.mlp_hidden = 4 * self.n_embd if self.mlp_hidden is None else self.mlp_hidden
         if self.mlp_hidden < 1:
             bad("mlp_hidden", "the MLP's width must be at least 1 (None: 4·n_embd)")
@@ -127,14 +141,17 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, cfg):
+    def __init__(self, cfg, makes_kv=True):
         super().__init__()
-        self.attn = getattr(attention, DESIGNS[cfg.attn].cls)(cfg)  # the design's class
+        self.attn = getattr(attention, DESIGNS[cfg.attn].cls)(cfg, makes_kv)  # the design's class
         self.mlp = MLP(cfg)
 
-    def forward(self, x, cos, sin, cache=None, pos=None, mask=None):
-        x = x + self.attn(norm(x), cos, sin, cache, pos, mask)
-        return x + self.mlp(norm(x))
+    def forward(self, x, cos, sin, cache=None, pos=None, mask=None, kv=None):
+        # kv: the keys and values of this layer's kv_share group, made by its first layer (None:
+        # this layer makes them); returned for the group's next layer
+        y, kv = self.attn(norm(x), cos, sin, cache, pos, mask, kv)
+        x = x + y
+        return x + self.mlp(norm(x)), kv
 
 
 def rope_tables(cfg):
@@ -150,7 +167,8 @@ class GPT(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)
-        self.h = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        # with kv_share N, layers 0, N, 2N, ... make keys and values; the N - 1 after each read them
+        self.h = nn.ModuleList(Block(cfg, i % cfg.kv_share == 0) for i in range(cfg.n_layer))
         self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
         cos, sin = rope_tables(cfg)
         self.register_buffer("cos", cos, persistent=False)
@@ -174,12 +192,12 @@ class GPT(nn.Module):
     def forward(self, idx, targets=None, caches=None, pos=None, last=False, pad=None):
         """idx (B, T), or embeddings (B, T, C) (transformers' inputs_embeds) -> logits (B, T, V) and
         the loss if targets (training, with gradients: the loss alone, logits None). With caches
-        (one KVCache a layer) the tokens follow the caches[0].n cached, and n advances; with pos, a
-        (T,) tensor of positions, they are written there, n left alone: the decode step
-        torch.compile makes one graph for every position. last: the last position's logits only,
-        (B, 1, V). pad (B,): a left-padded batch, row b starting with pad[b] pads
-        (generate.left_pads): its token i at position i - pad[b], as alone; none attends to a pad.
-        Without pad: fused causal SDPA."""
+        (one KVCache a K/V group: a layer, or kv_share layers) the tokens follow the caches[0].n
+        cached, and n advances; with pos, a (T,) tensor of positions, they are written there, n
+        left alone: the decode step torch.compile makes one graph for every position. last: the
+        last position's logits only, (B, 1, V). pad (B,): a left-padded batch, row b starting with
+        pad[b] pads (generate.left_pads): its token i at position i - pad[b], as alone; none
+        attends to a pad. Without pad: fused causal SDPA."""
         B, T = idx.shape[:2]
         if caches and pos is None:
             t0, c = caches[0].n, caches[0]
@@ -201,8 +219,10 @@ class GPT(nn.Module):
             q, k = (p[:T], p[:T]) if pos is None else (pos, p)  # decoding: every position's key
             mask = attention.padded(q, k, pad, self.cfg.window)  # (B, 1, T, len(k))
         x = norm(idx if idx.is_floating_point() else self.wte(idx))  # (B, T, C)
-        for i, block in enumerate(self.h):
-            x = block(x, cos, sin, caches[i] if caches else None, pos, mask)
+        N, kv = self.cfg.kv_share, None
+        for i, block in enumerate(self.h):  # a K/V group's layers share its one cache
+            x, kv = block(x, cos, sin, caches[i // N] if caches else None, pos, mask,
+                          kv if i % N else None)
         x = norm(x)
         if targets is not None and torch.is_grad_enabled():  # training: the loss, no whole logits
             return None, LinearCrossEntropy.apply(x.flatten(0, 1), self.lm_head.weight,
@@ -216,7 +236,8 @@ class GPT(nn.Module):
         if (max_len or 0) > self.cfg.block_size:
             raise ValueError(f"a KV cache of {max_len} tokens exceeds the context "
                              f"block_size={self.cfg.block_size}")
-        return [KVCache(max_len or self.cfg.block_size, self.cfg.window) for _ in self.h]
+        groups = self.cfg.n_layer // self.cfg.kv_share  # a cache a K/V group
+        return [KVCache(max_len or self.cfg.block_size, self.cfg.window) for _ in range(groups)]
 
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, **kwargs):
         """generate.generate(self, ...): decoding lives in generate.py."""

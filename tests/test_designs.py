@@ -16,13 +16,14 @@ from test_model import randomized, tiny
 
 # GPTConfig fields every design shares: the rest belong to the design whose row lists them
 SHARED = {"attn", "n_layer", "n_head", "n_embd", "block_size", "vocab_size", "attn_scale", "rope_base", "mlp_hidden",
-          "window"}
+          "window", "k_eq_v", "kv_share"}
 
 
 def attention_classes():
     # the designs' classes: the nn.Modules in attention.py that attend (forward(x, cos, sin, cache, pos, mask))
     return {name for name, c in vars(attention).items() if inspect.isclass(c) and issubclass(c, torch.nn.Module)
-            and list(inspect.signature(c.forward).parameters)[1:] == ["x", "cos", "sin", "cache", "pos", "mask"]}
+            and list(inspect.signature(c.forward).parameters)[1:] == ["x", "cos", "sin", "cache", "pos", "mask",
+                                                                       "kv"]}
 
 
 def test_every_class_has_a_row_and_every_row_a_class():
@@ -81,6 +82,10 @@ def test_flops_has_formulas_for_every_design(attn):
 
 def test_a_class_flops_has_no_formulas_for_is_an_error(monkeypatch):
     monkeypatch.setitem(DESIGNS, "bogus", DESIGNS["mha"]._replace(cls="BogusAttention"))
+    with pytest.raises(ValueError, match=r"attn='bogus': its row names the class BogusAttention, which "):
+        GPTConfig(attn="bogus")
+    monkeypatch.setattr(attention, "BogusAttention", type("BogusAttention", (torch.nn.Module,), {}),
+                        raising=False)
     with pytest.raises(ValueError, match=r"flops.py has no formulas for BogusAttention \(--attn=bogus\)"):
         flops.accounting(GPTConfig(attn="bogus"))
 
@@ -149,7 +154,7 @@ class Toy(torch.nn.Module):
     """A throwaway sixth design: MHA plus a per-head matrix E of its own that scales the values."""
     rope, per_head = "head_dim", ("E",)
 
-    def __init__(self, cfg):
+    def __init__(self, cfg, makes_kv=True):
         super().__init__()
         self.H, C = cfg.n_head, cfg.n_embd
         self.c_q, self.c_k, self.c_v, self.c_proj = (torch.nn.Linear(C, C, bias=False) for _ in range(4))
@@ -158,11 +163,11 @@ class Toy(torch.nn.Module):
     def init_residuals(self):
         torch.nn.init.ones_(self.E)
 
-    def forward(self, x, cos, sin, cache=None, pos=None, mask=None):
+    def forward(self, x, cos, sin, cache=None, pos=None, mask=None, kv=None):
         B, T, C = x.shape
         q, k, v = (f(x).view(B, T, self.H, -1).transpose(1, 2) for f in (self.c_q, self.c_k, self.c_v))
         y = torch.nn.functional.scaled_dot_product_attention(q, k, v * self.E.view(self.H, 1, -1), is_causal=True)
-        return self.c_proj(y.transpose(1, 2).reshape(B, T, C))
+        return self.c_proj(y.transpose(1, 2).reshape(B, T, C)), None
 
 
 def test_a_sixth_design_with_any_step_left_out_fails_loudly(monkeypatch):

@@ -252,8 +252,9 @@ def test_lrkv_decode_without_rebuilding_keys_equals_rebuilding_them():
     cache = KVCache(24)
     with torch.no_grad():
         att(x[:, :12], model.cos, model.sin, cache=cache)  # prefill 0..11
-        ys = [att(x[:, t:t + 1], model.cos, model.sin, cache=cache, pos=torch.tensor([t])) for t in range(12, 20)]
-        full = att(x, model.cos, model.sin)  # (2, 20, C)
+        ys = [att(x[:, t:t + 1], model.cos, model.sin, cache=cache, pos=torch.tensor([t]))[0]
+              for t in range(12, 20)]
+        full = att(x, model.cos, model.sin)[0]  # (2, 20, C)
     assert cache.buf["k_inv"].shape == (2, cfg.n_head, 24, 1) and cache.buf["k_s"].shape == (2, 1, 24, cfg.head_dim)
     torch.testing.assert_close(torch.cat(ys, 1), full[:, 12:], rtol=1e-5, atol=1e-5)
 

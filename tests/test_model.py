@@ -16,6 +16,11 @@ VARIANTS = [(a, {}) for a in DESIGNS] + [("mla", dict(mla_deepseek=True)),
                                          ("mla", dict(mla_deepseek=True, mla_q_rank=16)),
                                          ("mha", dict(attn_scale=2.5)), ("lrkv", dict(attn_scale=2.5)),
                                          ("lrkv", dict(lrkv_factored=True)), ("gqa", dict(mlp_hidden=200))]
+# K=V (one projection, one cached tensor) and kv_share (a K/V group of layers, its first makes them)
+SHARING = [("mha", dict(k_eq_v=True)), ("gqa", dict(k_eq_v=True))] + \
+    [(a, dict(kv_share=2)) for a in DESIGNS] + [("lrkv", dict(kv_share=2, lrkv_factored=True)),
+                                               ("mha", dict(k_eq_v=True, kv_share=2))]
+VARIANTS += SHARING
 
 
 def tiny(attn, **kw):
@@ -150,7 +155,7 @@ def test_mla_absorbed_equals_naive(q_rank, deepseek):
     torch.testing.assert_close(absorbed, naive, rtol=1e-4, atol=1e-4)
 
 
-KV_WEIGHTS = {"mha": ("c_k", "c_v"), "gqa": ("c_k", "c_v"), "mqa": ("c_k", "c_v"),
+KV_WEIGHTS = {"mha": ("c_k", "c_v", "c_kv"), "gqa": ("c_k", "c_v", "c_kv"), "mqa": ("c_k", "c_v", "c_kv"),
               "mla": ("W_dkv", "W_kr", "W_uk", "W_uv", "kv_norm"),
               "lrkv": ("W_sk", "W_sv", "U_k", "U_v", "B_k", "B_v")}
 
@@ -169,9 +174,10 @@ def test_parameter_counts_equal_formulas(attn, kw):
     # SPEC's K/V formulas written out once more, per layer (DeepSeek's MLA: d_n = d_h, + kv_norm's d_c)
     d, H, d_h, L = cfg.n_embd, cfg.n_head, cfg.head_dim, cfg.n_layer
     mla = d * (24 + 8) + (24 * H * (d_h + d_h) + 24 if cfg.mla_deepseek else 24 * H * (d_h - 8 + d_h))
-    expected = {"mha": 2 * H * d * d_h, "gqa": 2 * 2 * d * d_h, "mqa": 2 * d * d_h,
+    n = 1 if cfg.k_eq_v else 2  # K=V: one projection
+    expected = {"mha": n * H * d * d_h, "gqa": n * 2 * d * d_h, "mqa": n * d * d_h,
                 "lrkv": 2 * d * d_h + 2 * H * 6 * (d + d_h), "mla": mla}[attn]
-    assert kv == L * expected
+    assert kv == L // cfg.kv_share * expected  # in the first layer of each K/V group
 
 
 @pytest.mark.parametrize("shape", ["tiny", "cpu", "512m-8k"])
@@ -221,6 +227,8 @@ def test_decode_flops_per_token_equal_torchs_counter(attn, kw):
     # the counter sees matmuls only: the exact LRKV's dot of its rotated queries with R_h^K over r
     # (linalg.vecdot, which reads the latents in place) is a product and a sum, 2·H·r a cached token
     unseen = 2 * cfg.n_head * cfg.lrkv_rank * 20 * cfg.n_layer if attn == "lrkv" and not cfg.lrkv_factored else 0
+    if cfg.k_eq_v:  # K=V's cache made keys again, once a K/V group: RoPE and QK-norm, 6 an element
+        unseen += 6 * cfg.kv_heads * cfg.head_dim * 20 * cfg.n_layer // cfg.kv_share
     assert counter.get_total_flops() + unseen == flops.decode_flops_per_token(cfg, 20)
 
 
