@@ -29,10 +29,9 @@ import flops
 import muon
 import track
 from common import autocast, device_memory, device_name, fail, git_commit, native_bf16, resolve_device, resolve_dtype
-from eval import Text
 from model import GPT, PRESETS, GPTConfig, preset as model_preset
-from prepare import prepare
 from recall import MQAR
+from text import Text
 from tokenizer import get_tokenizer
 
 # -----------------------------------------------------------------------------
@@ -68,7 +67,9 @@ total_batch_tokens = 16 * 256  # global tokens per optimiser step, fixed whateve
 train_tokens = 600 * 16 * 256  # the run's length
 max_iters = 0  # optimiser steps; 0: train_tokens / total_batch_tokens, rounded up
 warmup_iters = 30  # steps of linear learning-rate warm-up
+schedule = "cosine"  # after warm-up: cosine (to min_lr_frac at max_iters) or constant
 min_lr_frac = 0.0  # cosine decays to this fraction of each learning rate
+stop_acc = 0.0  # stop once the learning curve's held-out accuracy reaches this (task.solved); 0: off
 # optimiser: the paper's Muon for hidden matrices and AdamW for the rest (muon.py), or AdamW alone
 optimizer = "muon"  # muon or adamw
 muon_dtype = "auto"  # Newton-Schulz precision: auto = bf16 on GPUs (the paper's), fp32 on CPUs; or bf16, fp32
@@ -97,7 +98,7 @@ memory_limit_gb = 0.0  # refuse a run whose estimated memory per rank exceeds th
 config_keys = configurator.configure(__file__, globals(), sys.argv[1:], __doc__)
 # counts the run divides by or counts to: below these, a crash or a run that never ends
 for k, least in dict(batch_size=1, total_batch_tokens=1, train_tokens=1, max_iters=0,
-                     eval_interval=1, log_interval=1, mqar_examples=1).items():
+                     eval_interval=1, log_interval=1).items():
     if globals()[k] < least:
         fail(f"--{k}={globals()[k]} must be at least {least}")
 max_iters = max_iters or -(-train_tokens // total_batch_tokens)
@@ -135,26 +136,33 @@ amp = autocast(device, dtype)
 scaler = torch.amp.GradScaler(device.partition(":")[0], enabled=dtype == "fp16")  # a no-op unless fp16
 
 # the model's shape, and whether a rank's share of the run fits in memory
+# the task, chosen here and nowhere else: recall examples made from seeds (recall.py), or a
+# prepared text (text.py); each says what it needs through the same face
+Task = MQAR if dataset == "mqar" else Text
 try:
     tok = get_tokenizer(tokenizer)
     overrides = {k: globals()[k] for k in asdict(GPTConfig())
                  if k in config_keys and globals()[k] is not None}
-    mqar = dataset == "mqar"
-    # a text's vocabulary is its tokenizer's, padded for fast matmuls; MQAR's tokens are the preset's
-    if not (mqar and "vocab_size" in PRESETS.get(preset, {})):
+    # a text's vocabulary is its tokenizer's, padded for fast matmuls; a task of its own tokens
+    # takes the preset's
+    if Task.tokenized or "vocab_size" not in PRESETS.get(preset, {}):
         overrides.setdefault("vocab_size", math.ceil(tok.vocab_size / 64) * 64)
     model_config = model_preset(preset, **overrides)
     flops.accounting(model_config)  # a design flops.py has no formulas for is refused now
-    if mqar:
-        task = MQAR(model_config.block_size, mqar_pairs, model_config.vocab_size, mqar_alpha, mqar_examples)
 except (ValueError, TypeError) as e:
     fail(str(e))
 if match_params:
     if mlp_hidden is not None:
         fail("--match_params chooses mlp_hidden itself: pass one of the two")
     model_config = flops.match_params(model_config)
-if model_config.vocab_size < tok.vocab_size and not mqar:
-    fail(f"vocab_size={model_config.vocab_size} is smaller than the {tokenizer} tokenizer's {tok.vocab_size}")
+try:
+    Task.check(train_config, model_config, tok)
+except ValueError as e:
+    fail(str(e))
+if schedule not in ("cosine", "constant"):
+    fail(f"--schedule={schedule!r} is unknown; use cosine or constant")
+if stop_acc and not hasattr(Task, "solved"):
+    fail(f"--stop_acc: {dataset} has no solve rule to stop at; drop it")
 T = model_config.block_size
 if total_batch_tokens % (batch_size * T * world):
     fail(f"total_batch_tokens={total_batch_tokens} must be a multiple of batch_size·block_size·"
@@ -173,21 +181,19 @@ except ValueError as e:
 if check:
     sys.exit(0)
 
-# the task, chosen once: a prepared text (the embedded corpus prepares itself on first use;
-# anything else must be prepared first), or recall examples made from seeds (made above)
-if not mqar:
-    dataset_dir = os.path.join(data_dir, f"{dataset}_{tokenizer}")
-    if dataset == "shakespeare" and master:
-        prepare(dataset, tokenizer, data_dir)
-    if ddp:
-        dist.barrier()
-    try:
-        task = Text(dataset_dir, T, tok.token_bytes(), device, rank, world, eval_tokens)
-    except (FileNotFoundError, ValueError) as e:
-        fail(str(e))
-if max_iters * total_batch_tokens > task.n_train:
-    warn(f"{max_iters} steps x {total_batch_tokens} tokens is {max_iters * total_batch_tokens / task.n_train:.1f} "
-         f"times the {task.n_train:,} training tokens of {dataset}: the run will see its data more than once")
+# the task's data: rank 0 prepares what must be prepared while the others wait
+if master:
+    Task.prepare(train_config)
+if ddp:
+    dist.barrier()
+try:
+    task = Task.from_config(train_config, model_config, tok, device, rank, world)
+except (FileNotFoundError, ValueError) as e:
+    fail(str(e))
+seen = max_iters * total_batch_tokens / task.n_train
+if seen > 1:
+    warn(f"{max_iters} steps x {total_batch_tokens} tokens is {seen:.1f} times the "
+         f"{task.n_train:,} training tokens of {dataset}: the run will see its data more than once")
 if warmup_iters >= max_iters:
     warn(f"warmup_iters={warmup_iters} >= max_iters={max_iters}: the run never leaves warm-up")
 
@@ -227,9 +233,12 @@ base_lrs = [[g["lr"] for g in o.param_groups] for o in optims]
 
 
 def lr_frac(step):
-    # linear warm-up, then cosine to min_lr_frac
+    # linear warm-up, then cosine to min_lr_frac, or constant: a run that stops when it has solved
+    # (stop_acc) learns at the same rate whenever that comes, none decayed to zero before the cap
     if step < warmup_iters:
         return (step + 1) / warmup_iters
+    if schedule == "constant":
+        return 1.0
     progress = (step - warmup_iters) / max(1, max_iters - warmup_iters)
     return min_lr_frac + (1 - min_lr_frac) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
@@ -246,10 +255,18 @@ if resume:
         sys.exit(0)
 elif master and os.path.exists(log_path):
     fail(f"{run_dir} already holds a run; pass --resume to continue it or choose another --run_name")
-if ddp:  # every rank must agree on which steps evaluate
-    t = torch.tensor([last_logged], device=device)
+# a run that stopped early (stop_acc) says where in its score line: a resumed one stops there
+# again, even where the kill came after that line and before its checkpoint
+stopped_at = -1
+if resume and master and os.path.exists(log_path):
+    stopped_at = next((r["step"] for r in ckpt.read_log(log_path) if r.get("stopped")), -1)
+if ddp:  # every rank must agree on which steps evaluate, and where the run ends
+    t = torch.tensor([last_logged, stopped_at], device=device)
     dist.broadcast(t, 0)
-    last_logged = int(t)
+    last_logged, stopped_at = map(int, t)
+if start == stopped_at:
+    log(f"{run_name}: stopped at step {start}, solved (stop_acc={stop_acc}); nothing to do")
+    sys.exit(0)
 
 # compile the model, and wrap it in DDP (gradients averaged in backward) unless FSDP2 shards it
 train_model = torch.compile(model) if compile else model
@@ -290,7 +307,7 @@ step = start
 loss_sum, first_bad = torch.zeros((), device=device), torch.tensor(-1, device=device)
 while True:  # `step` optimiser steps are done
     # once in a while: wait for the device (only here), log, evaluate, checkpoint
-    last = step == max_iters
+    last = step in (max_iters, stopped_at)
     logging = step > start and (step % log_interval == 0 or step % eval_interval == 0 or last)
     saving = step > start and (last or bool(ckpt_every and step % ckpt_every == 0))
     if ckpt_minutes and step > start:  # rank 0's clock decides, so every rank takes the same branch
@@ -315,11 +332,16 @@ while True:  # `step` optimiser steps are done
     evaluating = (step % eval_interval == 0 or last) and step > last_logged  # not redone after a resume
     if evaluating:
         with amp:
-            record.update({f"test_{k}": v for k, v in task.score(model, "test", task.curve_part, batch_size).items()})
+            curve = task.score(model, "test", task.curve_part, batch_size)
+        record.update({f"test_{k}": v for k, v in curve.items()})
         log(f"step {step}: test loss {record['test_loss']:.4f}, {metric} {record[f'test_{metric}']:.4f}")
+        # solved: this step is the run's last, scored, checkpointed and marked in the log
+        if stop_acc and not last and task.solved(curve, stop_acc):
+            last = saving = True
+            stopped_at = step
     score = None
     if evaluating and last:  # the run's result: every example of both held-out splits
-        score = dict(type="score", step=step)
+        score = dict(type="score", step=step, **({"stopped": True} if step == stopped_at else {}))
         for split in ("val", "test"):
             with amp:
                 score.update({f"{split}_{k}": v for k, v in task.score(model, split, None, batch_size).items()})
