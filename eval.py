@@ -281,13 +281,14 @@ def rebuilt(model, **changes):
 
 def print_recall(model, meta, args):
     """MQAR test accuracy at the answers over pair counts N/2, N, 2N, 4N (N: the training's, 16 for
-    a text model) and lengths T, 2T, 4T (T: its context), on the test split's examples; then, at
-    length T, by the distance from each key to its query: a cache that forgets fails far away, a
-    model that never learned fails everywhere."""
+    a text model; a mixture's largest, its other counts too) and lengths T, 2T, 4T (T: its
+    context), on the test split's examples; then, at length T, by the distance from each key to
+    its query: a cache that forgets fails far away, a model that never learned fails everywhere."""
     tc, T, V, W = meta["train_config"], model.cfg.block_size, model.cfg.vocab_size, model.cfg.window
     trained, alpha = tc.get("mqar_pairs", 16), tc.get("mqar_alpha", 0.01)
-    N = max(trained) if isinstance(trained, list) else trained  # a mixture's largest count
-    lengths, counts = [T, 2 * T, 4 * T], sorted({max(1, N // 2), N, 2 * N, 4 * N})
+    mix = trained if isinstance(trained, list) else [trained]
+    N = max(mix)  # a mixture's largest count; its others are scored too
+    lengths, counts = [T, 2 * T, 4 * T], sorted({*mix, max(1, N // 2), N, 2 * N, 4 * N})
     seen = f"through a window of {W}" if W else "full attention"
     print(f"MQAR test accuracy of {args.checkpoint} ({model.cfg.attn}, {seen}; trained on "
           f"{trained if tc.get('dataset') == 'mqar' else 'no'} pairs at length {T}), "
