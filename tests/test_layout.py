@@ -6,7 +6,9 @@ import re
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SKIP = {".git", ".venv", ".ci", "data", "out", "__pycache__"}
-MAX_FILE, MAX_FUNCTION, READING_PATH = 500, 60, 1000
+# the reading path: issue 65's 1,100 lines for model.py + attention.py + train.py, none over
+# 100 characters, rather than lines widened to fit a smaller count
+MAX_FILE, MAX_FUNCTION, READING_PATH = 500, 60, 1100
 # files over the limit that another branch is changing now: they may not grow; split them, then
 # delete their line here
 OVER = {}
