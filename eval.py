@@ -177,6 +177,8 @@ def arguments(argv):
                    help="loss on the first and second copy of random sequences, of tokens the training split "
                    "holds, repeated once")
     p.add_argument("--examples", type=count, default=256, help="--recall, --induction: sequences a cell")
+    p.add_argument("--length", type=count, default=None,
+                   help="--recall: at this length only (default: the context T, 2T and 4T)")
     p.add_argument("--window", type=int, default=None,
                    help="attend to the last W tokens only, at inference (StreamingLLM's eviction): "
                         "the same weights through a sliding window, whatever the model trained with")
@@ -282,13 +284,15 @@ def rebuilt(model, **changes):
 def print_recall(model, meta, args):
     """MQAR test accuracy at the answers over pair counts N/2, N, 2N, 4N (N: the training's, 16 for
     a text model; a mixture's largest, its other counts too) and lengths T, 2T, 4T (T: its
-    context), on the test split's examples; then, at length T, by the distance from each key to
-    its query: a cache that forgets fails far away, a model that never learned fails everywhere."""
+    context; --length: that one), on the test split's examples; then, at the first length, by the
+    distance from each key to its query: a cache that forgets fails far away, a model that never
+    learned fails everywhere."""
     tc, T, V, W = meta["train_config"], model.cfg.block_size, model.cfg.vocab_size, model.cfg.window
     trained, alpha = tc.get("mqar_pairs", 16), tc.get("mqar_alpha", 0.01)
     mix = trained if isinstance(trained, list) else [trained]
     N = max(mix)  # a mixture's largest count; its others are scored too
-    lengths, counts = [T, 2 * T, 4 * T], sorted({*mix, max(1, N // 2), N, 2 * N, 4 * N})
+    lengths = [args.length] if args.length else [T, 2 * T, 4 * T]
+    counts = sorted({*mix, max(1, N // 2), N, 2 * N, 4 * N})
     seen = f"through a window of {W}" if W else "full attention"
     print(f"MQAR test accuracy of {args.checkpoint} ({model.cfg.attn}, {seen}; trained on "
           f"{trained if tc.get('dataset') == 'mqar' else 'no'} pairs at length {T}), "
@@ -307,15 +311,15 @@ def print_recall(model, meta, args):
                 cells.append("-")
                 continue
             _, hits, d = recall.answers(models[L], x, y, args.batch_size)
-            near.update({n: (hits, d)} if L == T else {})
+            near.update({n: (hits, d)} if L == lengths[0] else {})
             cells.append(f"{hits.sum().item() / len(hits):.3f}")
         print(f"| {n} | " + " | ".join(cells) + " |")
-    print_by_distance(near, W, T)
+    print_by_distance(near, W, lengths[0])
 
 
 def print_by_distance(near, W, T):
-    """The accuracy at length T by distance bin (recall.distance_bin), each count a row; with a
-    window, also at the keys inside it (distance < W) and beyond it (distance > W)."""
+    """The accuracy at length T (the first of --recall's) by distance bin (recall.distance_bin),
+    each count a row; with a window, also at the keys inside it (distance < W) and beyond it."""
     bins = sorted({int(b) for hits, d in near.values() for b in recall.by_bin(hits, d)})
     cols = [f"{b}-{2 * b - 1}" for b in bins] + (["inside", "beyond"] if W else [])
     print(f"\nby the distance from key to query, at length {T} (accuracy, answers in brackets)"
