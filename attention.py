@@ -178,8 +178,7 @@ class GroupedQueryAttention(nn.Module):
         self.c_proj = nn.Linear(self.H * self.d_h, C, bias=False)
 
     def forward(self, x, cos, sin, cache=None, pos=None, mask=None, kv=None):
-        # -> (B, T, C), and kv = (k, v, mask) as attend reads them: kv given (a later layer of a
-        # kv_share group), this layer makes none and returns it as it came
+        # kv: (k, v, mask) as attend reads them; given, this layer makes none (kv_share)
         B, T, C = x.size()
         at = slice(T) if pos is None else pos  # the new tokens' angles
         cos_t, sin_t = cos[..., at, :], sin[..., at, :]
@@ -193,25 +192,19 @@ class GroupedQueryAttention(nn.Module):
     def keys_values(self, x, cos, sin, cos_t, sin_t, cache, pos, mask):
         # (k, v, mask): the new tokens' (B, Hkv, T, d_h), or a decode step's whole cache
         B, T, C = x.size()
-        if self.k_eq_v:
-            v = self.c_kv(x).view(B, T, self.Hkv, self.d_h)  # (B, T, Hkv, d_h): the one tensor
-            k = norm(rope(v, cos_t, sin_t)).transpose(1, 2)
-            v = v.transpose(1, 2)  # (B, Hkv, T, d_h)
-            if cache is not None:
-                c, mask = cache.write(pos, mask, kv=v)  # Hkv·d_h a token
-                if pos is not None:  # every cached token made a key at its slot's position
-                    held = cache.held(pos[-1:]).clamp(min=0)
-                    v = c["kv"]  # (B, Hkv, max_len, d_h), read in place
-                    k = norm(rope(v.transpose(1, 2), cos[..., held, :], sin[..., held, :]))
-                    k = k.transpose(1, 2)
-            return k, v, mask
-        k = self.c_k(x).view(B, T, self.Hkv, self.d_h)  # (B, T, Hkv, d_h)
-        v = self.c_v(x).view(B, T, self.Hkv, self.d_h)
-        k = norm(rope(k, cos_t, sin_t))
-        k, v = k.transpose(1, 2), v.transpose(1, 2)  # (B, Hkv, T, d_h)
-        if cache is not None:  # cache the rotated, normalised keys: 2·Hkv·d_h per token
-            c, mask = cache.write(pos, mask, k=k, v=v)
-            if pos is not None:
+        if self.k_eq_v:  # one tensor, the value and the key before RoPE and QK-norm
+            k = v = self.c_kv(x).view(B, T, self.Hkv, self.d_h)  # (B, T, Hkv, d_h)
+        else:
+            k, v = (f(x).view(B, T, self.Hkv, self.d_h) for f in (self.c_k, self.c_v))
+        k, v = norm(rope(k, cos_t, sin_t)).transpose(1, 2), v.transpose(1, 2)  # (B, Hkv, T, d_h)
+        if cache is not None:  # the rotated, normalised keys and the values: 2·Hkv·d_h a token
+            c, mask = cache.write(pos, mask, **(dict(kv=v) if self.k_eq_v else dict(k=k, v=v)))
+            if pos is not None and self.k_eq_v:  # K=V's Hkv·d_h: keys made at each slot's position
+                held = cache.held(pos[-1:]).clamp(min=0)
+                v = c["kv"]  # (B, Hkv, max_len, d_h), read in place
+                k = norm(rope(v.transpose(1, 2), cos[..., held, :], sin[..., held, :]))
+                k = k.transpose(1, 2)
+            elif pos is not None:
                 k, v = c["k"], c["v"]  # (B, Hkv, max_len, d_h), read in place
         return k, v, mask
 
@@ -244,7 +237,7 @@ class MLA(nn.Module):
         else:
             self.c_q = nn.Linear(C, H * dq, bias=False)
         if makes_kv:  # (a later layer of a kv_share group reads its first layer's latent)
-            self.W_dkv = nn.Linear(C, self.d_c, bias=False)  # x -> c_kv, the keys' and values' latent
+            self.W_dkv = nn.Linear(C, self.d_c, bias=False)  # x -> c_kv, the K and V latent
             self.W_kr = nn.Linear(C, self.d_r, bias=False)  # x -> k_pe, the shared RoPE key
             self.W_uk = nn.Linear(self.d_c, H * self.d_n, bias=False)  # c_kv -> every head's k_nope
             self.W_uv = nn.Linear(self.d_c, H * self.d_v, bias=False)  # c_kv -> every head's v
@@ -253,9 +246,8 @@ class MLA(nn.Module):
         self.scale = 1.0 / math.sqrt(dq)
 
     def forward(self, x, cos, sin, cache=None, pos=None, mask=None, kv=None):
-        # -> (B, T, C), and kv: full keys and values (k, v, mask) in training and a prefill; a
-        # decode step's cache (ckv_pe, mask, the layer whose W_uk and W_uv read it). kv given (a
-        # later layer of a kv_share group): this layer makes none and returns it as it came
+        # kv: full keys and values (k, v, mask), or a decode step's cache (ckv_pe, mask, the layer
+        # whose W_uk and W_uv read it); given, this layer makes none (kv_share)
         B, T, C = x.size()
         at = slice(T) if pos is None else pos  # the new tokens' angles
         cos, sin = cos[..., at, :], sin[..., at, :]
@@ -355,9 +347,8 @@ class LRKV(nn.Module):
             B.mul_(s.view(H, 1, 1))
 
     def forward(self, x, cos, sin, cache=None, pos=None, mask=None, kv=None):
-        # -> (B, T, C), and kv: full keys and values (k, v, mask) in training and a prefill; a
-        # decode step's (cache, mask, its slots' cos and sin, the layer whose B_h read it). kv
-        # given (a later layer of a kv_share group): this layer makes none, returns it as it came
+        # kv: full keys and values (k, v, mask), or a decode step's (cache, mask, its slots' cos
+        # and sin, the layer whose B_h read it); given, this layer makes none (kv_share)
         B, T, C = x.size()
         H, d_h = self.H, self.d_h
         at = slice(T) if pos is None else pos  # the new tokens' angles

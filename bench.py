@@ -35,11 +35,18 @@ from model import GPT, PRESETS, preset
 from muon import EMBED_LR, DistMuon, Muon, newton_schulz_dtype, ns_flops, optimizers
 
 
-def design_cfgs(cfg):
+def design_cfgs(cfg, sharing=False):
     """{design: config} at cfg's shape, each keeping cfg's settings (GQA's K/V heads, r, d_c), and
-    the factored LRKV as "lrkv-f"."""
+    the factored LRKV as "lrkv-f". sharing: also each design that takes it with K=V ("mha=kv") and
+    with K/V shared by pairs of layers ("mha/2")."""
     out = {a: replace(cfg, attn=a, lrkv_factored=False) for a in DESIGNS}
     out["lrkv-f"] = replace(out["lrkv"], lrkv_factored=True)
+    for a in DESIGNS if sharing else ():
+        for name, kw in ((f"{a}=kv", dict(k_eq_v=True)), (f"{a}/2", dict(kv_share=2))):
+            try:
+                out[name] = replace(out[a], **kw)
+            except ValueError:  # a design without K=V, or an odd layer count
+                pass
     return out
 
 
@@ -230,7 +237,7 @@ DECODERS = {"eager": False, "compiled": True, "graphs": "reduce-overhead"}  # mo
 
 @torch.no_grad()
 def decode_bench(cfg, contexts, steps=30, device="cpu", dtype=torch.float32, batch=1, warmup=5,
-                 no_cache=False, modes=("eager",), designs=None):
+                 no_cache=False, modes=("eager",), designs=None, sharing=False):
     """Decode speed of every design at cfg's shape. A step at context N feeds token N after a
     prefill of N-1, so it attends over N positions; every step writes that token into the same
     slot, so every timed step sees exactly N. Each repetition runs every design and mode once, in
@@ -243,7 +250,8 @@ def decode_bench(cfg, contexts, steps=30, device="cpu", dtype=torch.float32, bat
     designs: some of them (default all); vs_mha only where MHA is among them."""
     for N in contexts:
         check_context(N, cfg)
-    models = {a: build(c, device, dtype) for a, c in design_cfgs(cfg).items() if designs is None or a in designs}
+    models = {a: build(c, device, dtype) for a, c in design_cfgs(cfg, sharing).items()
+              if designs is None or a in designs}
     timed = timer(device)
     out = {}
     # one static graph per design, context and compiled mode (each mode is its own backend), all of
@@ -309,7 +317,8 @@ def machine_rates(device, dtype):
 
 def print_decode(args, cfg, device, dtype):
     contexts, modes, nc, batch = args.contexts, args.modes.split(","), args.no_cache, args.batch_size or 1
-    res = decode_bench(cfg, contexts, args.steps, device, torch_dtype(dtype), batch, no_cache=nc, modes=modes)
+    res = decode_bench(cfg, contexts, args.steps, device, torch_dtype(dtype), batch, no_cache=nc,
+                       modes=modes, sharing=args.sharing)
     read, rate = machine_rates(device, torch_dtype(dtype))
     # other processes on the cores wreck CPU timings: show the load the run started under
     name = device_name(device)
@@ -325,16 +334,18 @@ def print_decode(args, cfg, device, dtype):
           "FLOPs (flops.decode_flops_per_token) take at the measured rates, the slower of the two"
           + ("; % peak: GB/s of the device's peak bandwidth" if peak_bw else "")
           + ("; no-cache: ms a token without a cache (full forward)" if nc else ""))
-    print(f"{'design':7} {'mode':>8} {'context':>7} {'ms':>8} {'tok/s':>8} {'vs MHA':>6} {'MB':>8} {'GB/s':>7} "
+    print(f"{'design':7} {'mode':>8} {'context':>7} {'ms':>8} {'tok/s':>8} {'vs MHA':>6} {'KV %':>5} "
+          f"{'MB':>8} {'GB/s':>7} "
           f"{'% read':>6} {'GFLOP':>7} {'roofline':>8} {'% roof':>6}" + (f" {'% peak':>6}" if peak_bw else "")
           + (f" {'no-cache':>8}" if nc else ""))
     for mode in modes:
-        for a, c in design_cfgs(cfg).items():
+        for a, c in design_cfgs(cfg, args.sharing).items():
+            kv = flops.kv_cache_bytes_per_token(c) / flops.kv_cache_bytes_per_token(flops.standard_mha(c))
             for N in contexts:
                 r = res[a, N, mode]
                 gflop = r["mflop"] * batch / 1e3
                 roof = 1e3 * max(r["bytes"] / read, gflop * 1e9 / rate)  # ms
-                print(f"{a:7} {mode:>8} {N:7d} {r['ms']:8.3f} {r['tok_s']:8.0f} {r['vs_mha']:5.2f}x "
+                print(f"{a:7} {mode:>8} {N:7d} {r['ms']:8.3f} {r['tok_s']:8.0f} {r['vs_mha']:5.2f}x {kv:5.0%} "
                       f"{r['bytes'] / 1e6:8.1f} {r['gbs']:7.1f} {r['gbs'] * 1e9 / read:6.0%} {gflop:7.3f} "
                       f"{roof:8.3f} {roof / r['ms']:6.0%}" + (f" {r['gbs'] * 1e9 / peak_bw:6.1%}" if peak_bw else "")
                       + (f" {r['ms_no_cache']:8.3f}" if nc else ""))
@@ -419,6 +430,8 @@ def main(argv=None):
     p.add_argument("--modes", default="eager,compiled",
                    help="decode: eager, compiled and/or graphs (CUDA graphs), side by side")
     p.add_argument("--no_cache", action="store_true", help="decode: add the cost of a token without a cache")
+    p.add_argument("--sharing", action="store_true",
+                   help="decode: also each design with K=V (name=kv) and with kv_share=2 (name/2)")
     p.add_argument("--context", type=int, default=None, help="kv: tokens prefilled (default block_size)")
     args = p.parse_args(argv)
     device = resolve_device(args.device)

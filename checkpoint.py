@@ -154,7 +154,7 @@ def resume(run_dir, fsdp, model, optims, scaler, model_config, device, train_con
     if start == max_iters:  # nothing to train: the log is left as it is
         return start, -1
     old = meta["train_config"] if meta else train_config
-    changed = [k for k in train_config if (k in ("max_iters", "warmup_iters", "min_lr_frac")
+    changed = [k for k in train_config if (k in ("max_iters", "warmup_iters", "schedule", "min_lr_frac")
                                            or k.endswith("_lr")) and old.get(k) != train_config[k]]
     if changed and master:
         print("warning: resuming with another schedule (" + ", ".join(

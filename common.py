@@ -75,7 +75,8 @@ def warn(msg):
 def setting(cfg):
     """A design's own knob, for tables (kv=2, r=13, d_c=32). cfg: a GPTConfig or a log header's dict."""
     c = cfg if isinstance(cfg, dict) else vars(cfg)
-    return DESIGNS[c["attn"]].show(c)
+    share = c.get("kv_share") or 1
+    return DESIGNS[c["attn"]].show(c) + " K=V" * bool(c.get("k_eq_v")) + f" share {share}" * (share > 1)
 
 
 def design_keys(attn):

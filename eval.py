@@ -8,6 +8,7 @@ What a trained checkpoint does: its held-out loss, its samples, the diversity of
     python eval.py out/cpu_lrkv_s0/ckpt.pt --tasks=arc_easy,hellaswag --limit=100   # lm-evaluation-harness
     python eval.py out/cpu_lrkv_s0/ckpt.pt --export=out/lrkv_hf   # a transformers folder (export.py)
     python eval.py out/recall/mha_d64_p16_lr1_s0/ckpt.pt --recall   # MQAR accuracy, pairs x lengths
+    python eval.py out/e7/mha_s0/ckpt.pt --recall --window=32   # ... through a window it never had
     python eval.py out/cpu_lrkv_s0/ckpt.pt --induction      # loss on a repeated random sequence
 
 A checkpoint is a ckpt.pt or, from --fsdp, a ckpt_STEP/ folder (checkpoint.py), or a folder that
@@ -23,110 +24,43 @@ import os
 
 import numpy as np
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 
 import recall
 
 from checkpoint import load_model
-from prepare import load_split, read_meta, windows
+from prepare import load_split
+from text import evaluate
 from common import (DESIGNS, ArgumentParser, count, autocast, fail, resolve_device, resolve_dtype,
                     torch_dtype)
-
-
-@torch.no_grad()
-def evaluate(model, split, T, batch_size, eval_tokens, token_bytes, device, rank=0, world=1):
-    """Mean cross-entropy (nats/token) and bits per byte on a held-out split (load_split's answer; a
-    sharded one: its first shard), read in windows of T tokens, each from an empty context.
-    eval_tokens=None scores every token: consecutive windows, the last one ending at the split's end
-    and counting only the tokens the others left. Otherwise eval_tokens // T of those windows, spread
-    evenly over the split so that every document is read: the learning curve's cheaper estimate.
-    The same tokens for every design and any world size: ranks take windows round-robin and sum
-    (nats, tokens, bytes) together. token_bytes: the tokenizer's bytes per token."""
-    split = split[0] if isinstance(split, list) else split
-    n = len(split) - 1  # tokens that can be targets
-    if n < T:
-        raise ValueError(f"a held-out split of {len(split)} tokens is shorter than one window of {T + 1}")
-    starts, skip = list(range(0, n - T + 1, T)), {}  # skip: leading targets already scored
-    if eval_tokens is not None:
-        k = max(1, min(len(starts), eval_tokens // T))
-        starts = [starts[i * len(starts) // k] for i in range(k)]
-    elif n % T:
-        starts.append(n - T)
-        skip[n - T] = T - n % T
-    token_bytes = torch.as_tensor(token_bytes, dtype=torch.float64, device=device)
-    model.eval()
-    mine = starts[rank::world]
-    # every rank makes as many forwards as the first (FSDP2 gathers weights in each, a collective):
-    # one with no windows left runs window 0 and drops it
-    n_batches = math.ceil(math.ceil(len(starts) / world) / batch_size)
-    sums = torch.zeros(3, dtype=torch.float64, device=device)  # nats, tokens, bytes
-    for i in range(0, n_batches * batch_size, batch_size):
-        ws = mine[i:i + batch_size]
-        rows = [torch.from_numpy(split[s:s + T + 1].astype("int64")) for s in ws or [0]]
-        xy = torch.stack(rows).to(device)  # (B, T + 1)
-        x, y = xy[:, :-1], xy[:, 1:]
-        logits, _ = model(x)
-        nats = torch.nn.functional.cross_entropy(logits.transpose(1, 2).float(), y, reduction="none")
-        keep = torch.arange(T, device=device) >= torch.tensor([skip.get(s, 0) for s in ws or [0]],
-                                                             device=device)[:, None]  # (B, T)
-        if ws:
-            sums += torch.stack([nats.double()[keep].sum(), keep.sum().double(),
-                                 token_bytes[y][keep].sum()])
-    if world > 1:
-        dist.all_reduce(sums)
-    model.train()
-    nats, n, nbytes = sums.tolist()
-    return nats / n, nats / (math.log(2) * nbytes)
-
-
-class Text:
-    """A prepared text as train.py runs it: the batch of a step (random windows, prepare.windows)
-    and the held-out score (evaluate). MQAR's recall.MQAR is the other task, with the same face."""
-
-    metric, unit = "bpb", "token"
-
-    def __init__(self, dataset_dir, T, token_bytes, device, rank=0, world=1, eval_tokens=None):
-        self.train, val, test = (load_split(dataset_dir, s, T + 1) for s in ("train", "val", "test"))
-        self.held = {"val": val, "test": test}
-        self.held_out = {s: read_meta(dataset_dir)[f"{s}_docs"] for s in ("val", "test")}
-        self.n_train = sum(map(len, self.train)) if isinstance(self.train, list) else len(self.train)
-        self.T, self.curve_part, self.where = T, eval_tokens, (token_bytes, device, rank, world)
-
-    def batch(self, step, seed, n, rows):
-        w = windows(self.train, seed, step, n, self.T, rows)  # (len(rows), T + 1)
-        return w[:, :-1], w[:, 1:]  # inputs and targets
-
-    def score(self, model, split, part=None, batch_size=16):
-        """{loss, bpb} over `part` tokens spread over the split (None: every one)."""
-        loss, bpb = evaluate(model, self.held[split], self.T, batch_size, part, *self.where)
-        return {"loss": loss, "bpb": bpb}
 
 
 # -----------------------------------------------------------------------------
 # head diversity (paper §4.3, Eqs. 11-12, Table 3)
 
-def head_qk(attn):
+def head_qk(attn, src=None):
     """Each query head's effective query and key weights (H, d_qk, d) each, rows as outputs, so
     that head h scores x_i against x_j as x_iᵀ A_h x_j with A_h = W_Q,hᵀ W_K,h (d × d).
     An approximation of what attention uses: RoPE rotates q and k by position and QK-norm (MLA:
-    the c_kv norm, and the c_q norm under query compression) rescales them per token, in between."""
-    H, kind = attn.H, type(attn).__name__
+    the c_kv norm, and the c_q norm under query compression) rescales them per token, in between.
+    src: the layer whose keys attn reads (kv_share: its group's first; there x_j is that layer's)."""
+    H, kind, src = attn.H, type(attn).__name__, src or attn
     if kind == "GroupedQueryAttention":  # query head h reads K/V head h // (H / Hkv), as enable_gqa
         Wq = attn.c_q.weight.view(H, attn.d_h, -1)
-        Wk = attn.c_k.weight.view(attn.Hkv, attn.d_h, -1).repeat_interleave(H // attn.Hkv, dim=0)
+        W = src.c_kv.weight if attn.k_eq_v else src.c_k.weight  # K=V: the one projection
+        Wk = W.view(attn.Hkv, attn.d_h, -1).repeat_interleave(H // attn.Hkv, dim=0)
         return Wq, Wk
     if kind == "LRKV":  # W_K,h = W_s^K + U_h B_hᵀ (Eq. 2), here transposed: W_s^K + B_h U_h
         d_h, r = attn.d_h, attn.r
-        Wk = attn.W_sk.weight + attn.B_k.view(H, d_h, r) @ attn.U_k.weight.view(H, r, -1)  # (H, d_h, d)
+        Wk = src.W_sk.weight + src.B_k.view(H, d_h, r) @ src.U_k.weight.view(H, r, -1)  # (H, d_h, d)
         return attn.c_q.weight.view(H, d_h, -1), Wk
     if kind != "MLA":
         raise ValueError(f"eval.head_qk has no query and key weights for {kind}: add them there")
     # q_h = [q_nope_h, q_pe_h]; k_h = [W_uk,h W_dkv x, W_kr x], the RoPE key shared by all heads
     d_n, d_r, d_c = attn.d_n, attn.d_r, attn.d_c
     Wq = attn.W_uq.weight @ attn.W_dq.weight if hasattr(attn, "W_dq") else attn.c_q.weight
-    W_uk = attn.W_uk.weight.view(H, d_n, d_c)  # (H, d_n, d_c)
-    Wk = torch.cat([W_uk @ attn.W_dkv.weight, attn.W_kr.weight.expand(H, d_r, -1)], dim=1)  # (H, d_n + d_r, d)
+    W_uk = src.W_uk.weight.view(H, d_n, d_c)  # (H, d_n, d_c)
+    Wk = torch.cat([W_uk @ src.W_dkv.weight, src.W_kr.weight.expand(H, d_r, -1)], dim=1)  # (H, d_n + d_r, d)
     return Wq.view(H, d_n + d_r, -1), Wk
 
 
@@ -156,8 +90,9 @@ def head_diversity(model):
     """Per layer: the Gram matrix of the heads' bilinear forms, its effective rank uncentred and with
     kernel-PCA centring (Eq. 12), both as % of H, and the mean off-diagonal similarity."""
     rows = []
+    N = model.cfg.kv_share
     for layer, block in enumerate(model.h):
-        G = head_gram(*(w.float() for w in head_qk(block.attn)))
+        G = head_gram(*(w.float() for w in head_qk(block.attn, model.h[layer - layer % N].attn)))
         H = len(G)
         Gc = G - G.mean(0, keepdim=True) - G.mean(1, keepdim=True) + G.mean()
         rows.append(dict(layer=layer, gram=G, uncentred=100 * effective_rank(G) / H,
@@ -180,6 +115,11 @@ def main(argv=None):
                  "name one run's ckpt.pt for the rest")
         return print_heads_of_runs(runs, device)
     model, meta = load_model(args.checkpoint, device)
+    if args.window is not None:  # the same weights through a cache that drops all but W tokens
+        if not 1 <= args.window <= model.cfg.block_size:
+            fail(f"--window={args.window}: a window holds 1 to {model.cfg.block_size} tokens, "
+                 "the checkpoint's context")
+        model = rebuilt(model, window=args.window)
     if "train_config" not in meta:
         fail(f"{args.checkpoint} does not say how it was trained (its tokenizer): "
              "export it with eval.py --export")
@@ -240,6 +180,11 @@ def arguments(argv):
                    help="loss on the first and second copy of random sequences, of tokens the training split "
                    "holds, repeated once")
     p.add_argument("--examples", type=count, default=256, help="--recall, --induction: sequences a cell")
+    p.add_argument("--length", type=count, default=None,
+                   help="--recall: at this length only (default: the context T, 2T and 4T)")
+    p.add_argument("--window", type=int, default=None,
+                   help="attend to the last W tokens only, at inference (StreamingLLM's eviction): "
+                        "the same weights through a sliding window, whatever the model trained with")
     p.add_argument("--export", metavar="DIR",
                    help="write a transformers folder: AutoModelForCausalLM.from_pretrained(DIR) loads it")
     return p.parse_args(argv)
@@ -325,31 +270,41 @@ def print_heads_of_runs(paths, device):
         print(f"| {attn} | {len(x)} | {cell(0, '.1f')} | {cell(1, '.1f')} | {cell(2, '.3f')} |")
 
 
-def longer(model, T):
-    """The model with a context of T tokens (its RoPE tables made for T; the weights shared)."""
-    if T <= model.cfg.block_size:
-        return model
+def rebuilt(model, **changes):
+    """The model with settings no weight depends on changed (a longer context block_size, with its
+    RoPE tables made that long; a window), the weights shared."""
     from dataclasses import replace
     from model import GPT
+    cfg = replace(model.cfg, **changes)
+    if cfg == model.cfg:
+        return model
     with torch.device(model.lm_head.weight.device):
-        out = GPT(replace(model.cfg, block_size=T))
-    out.load_state_dict(model.state_dict())  # cos and sin are not in it: they stay T long
+        out = GPT(cfg)
+    out.load_state_dict(model.state_dict())  # cos and sin are not in it: they stay as cfg makes them
     return out.to(model.lm_head.weight.dtype).eval()
 
 
 def print_recall(model, meta, args):
     """MQAR test accuracy at the answers over pair counts N/2, N, 2N, 4N (N: the training's, 16 for
-    a text model) and lengths T, 2T, 4T (T: its context), on the test split's examples."""
-    tc, T, V = meta["train_config"], model.cfg.block_size, model.cfg.vocab_size
+    a text model; a mixture's largest, its other counts too) and lengths T, 2T, 4T (T: its
+    context; --length: that one), on the test split's examples; then, at the first length, by the
+    distance from each key to its query: a cache that forgets fails far away, a model that never
+    learned fails everywhere."""
+    tc, T, V, W = meta["train_config"], model.cfg.block_size, model.cfg.vocab_size, model.cfg.window
     trained, alpha = tc.get("mqar_pairs", 16), tc.get("mqar_alpha", 0.01)
-    N = max(trained) if isinstance(trained, list) else trained  # a mixture's largest count
-    lengths, counts = [T, 2 * T, 4 * T], sorted({max(1, N // 2), N, 2 * N, 4 * N})
-    print(f"MQAR test accuracy of {args.checkpoint} ({model.cfg.attn}; trained on "
-          f"{trained if tc.get('dataset') == 'mqar' else 'no'} pairs at length {T}), {args.examples} sequences a cell, "
-          f"'-' where the pairs do not fit (length >= 4 pairs, 2 pairs <= vocab_size {V} / 2):")
+    mix = trained if isinstance(trained, list) else [trained]
+    N = max(mix)  # a mixture's largest count; its others are scored too
+    lengths = [args.length] if args.length else [T, 2 * T, 4 * T]
+    counts = sorted({*mix, max(1, N // 2), N, 2 * N, 4 * N})
+    seen = f"through a window of {W}" if W else "full attention"
+    print(f"MQAR test accuracy of {args.checkpoint} ({model.cfg.attn}, {seen}; trained on "
+          f"{trained if tc.get('dataset') == 'mqar' else 'no'} pairs at length {T}), "
+          f"{args.examples} sequences a cell, '-' where the pairs do not fit "
+          f"(length >= 4 pairs, 2 pairs <= vocab_size {V} / 2):")
     print("| pairs | " + " | ".join(f"length {L}" for L in lengths) + " |")
     print("|---:|" + "---:|" * len(lengths))
-    models = {L: longer(model, L) for L in lengths}  # one model a length, not one a cell
+    models = {L: rebuilt(model, block_size=max(L, T)) for L in lengths}  # one model a length
+    near = {}  # pairs -> (hits, distances) at length T
     for n in counts:
         cells = []
         for L in lengths:
@@ -358,8 +313,29 @@ def print_recall(model, meta, args):
             except ValueError:
                 cells.append("-")
                 continue
-            cells.append(f"{recall.score(models[L], x, y, args.batch_size)[1]:.3f}")
+            _, hits, d = recall.answers(models[L], x, y, args.batch_size)
+            near.update({n: (hits, d)} if L == lengths[0] else {})
+            cells.append(f"{hits.sum().item() / len(hits):.3f}")
         print(f"| {n} | " + " | ".join(cells) + " |")
+    print_by_distance(near, W, lengths[0])
+
+
+def print_by_distance(near, W, T):
+    """The accuracy at length T (the first of --recall's) by distance bin (recall.distance_bin),
+    each count a row; with a window, also at the keys inside it (distance < W) and beyond it."""
+    bins = sorted({int(b) for hits, d in near.values() for b in recall.by_bin(hits, d)})
+    cols = [f"{b}-{2 * b - 1}" for b in bins] + (["inside", "beyond"] if W else [])
+    print(f"\nby the distance from key to query, at length {T} (accuracy, answers in brackets)"
+          + (f"; inside: distance < {W}, beyond: > {W}" if W else "") + ":")
+    print("| pairs | " + " | ".join(cols) + " |")
+    print("|---:|" + "---:|" * len(cols))
+    cell = lambda h, n: f"{h / n:.3f} ({n})" if n else "-"  # noqa: E731
+    for n, (hits, d) in near.items():
+        got = recall.by_bin(hits, d)
+        row = [cell(*got.get(str(b), (0, 0))) for b in bins]
+        if W:
+            row += [cell(hits[m].sum().item(), m.sum().item()) for m in (d < W, d > W)]
+        print(f"| {n} | " + " | ".join(row) + " |")
 
 
 @torch.no_grad()
@@ -390,7 +366,6 @@ def seen_ids(cfg, eot):
     this machine (MQAR makes its data on the fly). A byte model of Shakespeare never sees most of
     the 256 bytes and its output layer gives them almost no probability, so sequences of them would
     measure that layer, not the copying the induction score is after."""
-    from prepare import load_split
     try:
         split = load_split(dataset_dir(cfg), "train")
     except (FileNotFoundError, ValueError):
@@ -410,7 +385,6 @@ def print_induction(model, meta, tok, args):
 
 
 def print_test_loss(model, meta, tok, amp, args, device):
-    from prepare import load_split
     T = model.cfg.block_size
     for split in ["val", "test"]:
         try:

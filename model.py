@@ -35,13 +35,12 @@ class GPTConfig:
     rope_base: float = 10000.0
     mlp_hidden: int = None  # the MLP's width; None = 4·n_embd (--match_params: MHA's parameters)
     k_eq_v: bool = False  # keys and values from one projection, one cached tensor (MHA, GQA, MQA)
-    kv_share: int = 1  # layers a K/V group: its first makes the K/V (or cache) the others read (CLA)
+    kv_share: int = 1  # layers a K/V group: its first makes the K/V the others read (CLA)
 
     def __post_init__(self):
         # the chosen design's defaults made concrete, so a saved config says exactly what ran; other
         # designs' fields stay as given: dataclasses.replace(cfg, attn=...) keeps cfg's setting
-        def bad(field, msg):
-            raise ValueError(f"{field}={getattr(self, field)!r}: {msg}")
+        bad = self._refuse
         if self.attn not in DESIGNS:
             bad("attn", f"unknown attention; use one of {', '.join(DESIGNS)}")
         for field in ("n_layer", "block_size", "vocab_size"):
@@ -79,26 +78,32 @@ class GPTConfig:
                 "GPTConfig.__post_init__")
         kind = getattr(attention, DESIGNS[self.attn].cls, None)
         if kind is None:
-            bad("attn", f"its row names the class {DESIGNS[self.attn].cls}, which attention.py lacks")
+            bad("attn", f"its row's class {DESIGNS[self.attn].cls} is not in attention.py")
         Hkv = self.kv_heads if issubclass(kind, attention.GroupedQueryAttention) else H
         if not (isinstance(Hkv, int) and 0 < Hkv <= H and H % Hkv == 0):
             divisors = [g for g in range(1, H + 1) if H % g == 0]
             bad("n_kv_head", f"K/V heads must divide n_head={H}; use one of {divisors}")
-        # a class says why it cannot share (no_k_eq_v, no_kv_share; "" where it can); one that
-        # says nothing is refused, not run as if it shared
-        for field, off, why in (("k_eq_v", False, "no_k_eq_v"), ("kv_share", 1, "no_kv_share")):
-            said = getattr(kind, why, f"{kind.__name__} does not say it can ({why})")
-            if getattr(self, field) != off and said:
-                bad(field, f"not with --attn={self.attn}: {said}")
-        if not isinstance(self.kv_share, int) or self.kv_share < 1 or self.n_layer % self.kv_share:
-            bad("kv_share", f"must divide n_layer={self.n_layer}: each group of kv_share layers "
-                "shares one layer's keys and values")
+        self._check_sharing(kind)
         self.mlp_hidden = 4 * self.n_embd if self.mlp_hidden is None else self.mlp_hidden
         if self.mlp_hidden < 1:
             bad("mlp_hidden", "the MLP's width must be at least 1 (None: 4·n_embd)")
         if not self.attn_scale > 0:
             bad("attn_scale", "must be > 0: it multiplies the softmax scale 1/√d_h "
                 "(1 = the paper's)")
+
+    def _refuse(self, field, msg):
+        raise ValueError(f"{field}={getattr(self, field)!r}: {msg}")
+
+    def _check_sharing(self, kind):
+        # a class says why it cannot share (no_k_eq_v, no_kv_share; "" where it can); one that
+        # says nothing is refused, not run as if it shared
+        for field, off, why in (("k_eq_v", False, "no_k_eq_v"), ("kv_share", 1, "no_kv_share")):
+            said = getattr(kind, why, f"{kind.__name__} does not say it can ({why})")
+            if getattr(self, field) != off and said:
+                self._refuse(field, f"not with --attn={self.attn}: {said}")
+        if not isinstance(self.kv_share, int) or self.kv_share < 1 or self.n_layer % self.kv_share:
+            self._refuse("kv_share", f"must divide n_layer={self.n_layer}: each group of kv_share "
+                         "layers shares one layer's keys and values")
 
     @property
     def head_dim(self):

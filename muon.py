@@ -196,7 +196,8 @@ def optimizers(model, ns_dtype, matrix_lr=MATRIX_LR, embed_lr=EMBED_LR, head_lr=
     if shared is None:
         shared = dist.is_initialized() and dist.get_world_size() > 1
     hidden = [p for n, p in model.named_parameters() if n.startswith("h.")]
-    stacked = [getattr(m, n) for m in model.modules() for n in getattr(m, "per_head", ())]  # after fully_shard too
+    # after fully_shard too; a later layer of a kv_share group has none of its class's own
+    stacked = [getattr(m, n) for m in model.modules() for n in getattr(m, "per_head", ()) if hasattr(m, n)]
     matrices = [p for p in hidden if p.ndim == 2 and all(p is not s for s in stacked)]
     gains = [p for p in hidden if p.ndim < 2]
     groups = [dict(params=matrices)] + ([dict(params=stacked, heads=model.cfg.n_head)] if stacked else [])

@@ -68,6 +68,26 @@ class MQAR:
 
     metric, unit = "acc", "example"
     n_train = float("inf")  # fresh examples every step
+    tokenized = False  # its tokens are the model's vocabulary, not a tokenizer's
+
+    @staticmethod
+    def check(cfg, model_config, tok=None):
+        """A ValueError unless every count fits the model's context and vocabulary (cfg: train.py's
+        config, its mqar_* fields)."""
+        if cfg["mqar_examples"] < 1:
+            raise ValueError(f"--mqar_examples={cfg['mqar_examples']} must be at least 1")
+        pairs = cfg["mqar_pairs"]
+        for N in [pairs] if isinstance(pairs, int) else pairs:
+            check(model_config.block_size, N, model_config.vocab_size)
+
+    @staticmethod
+    def prepare(cfg):
+        pass  # examples are made from seeds, nothing to prepare
+
+    @classmethod
+    def from_config(cls, cfg, model_config, tok=None, device=None, rank=0, world=1):
+        return cls(model_config.block_size, cfg["mqar_pairs"], model_config.vocab_size,
+                   cfg["mqar_alpha"], cfg["mqar_examples"])
 
     def __init__(self, seq_len, pairs, vocab_size, alpha=0.01, examples=1024):
         self.pairs = [pairs] if isinstance(pairs, int) else list(pairs)
@@ -92,31 +112,81 @@ class MQAR:
 
     def score(self, model, split, part=None, batch_size=64):
         """{loss, acc} at the answers of the first `part` examples of each count (None: all); with
-        several counts, loss_pN and acc_pN for each, and loss and acc their means."""
-        out = {}
+        several counts, loss_pN and acc_pN for each, and loss and acc their means. A model with a
+        window also gets acc_win_pN: at the answers whose key lies inside it (distance < window),
+        the ones it can still reach. Every example (part None), the run's result, also gives
+        dist_pN, {bin: [hits, answers]} by distance (distance_bin), for analyses to pool."""
+        out, window = {}, getattr(model.cfg, "window", 0)
         for N, (x, y) in self.held[split].items():
-            out[f"loss_p{N}"], out[f"acc_p{N}"] = score(model, x[:part], y[:part], batch_size)
-        if len(self.pairs) == 1:
+            nats, hits, d = answers(model, x[:part], y[:part], batch_size)
+            out[f"loss_p{N}"], out[f"acc_p{N}"] = nats, hits.sum().item() / len(hits)
+            if window:
+                near = d < window
+                out[f"acc_win_p{N}"] = hits[near].sum().item() / max(1, near.sum().item())
+            if part is None:
+                out[f"dist_p{N}"] = by_bin(hits, d)
+        if len(self.pairs) == 1:  # one count: its numbers under the plain names
             N, = self.pairs
-            return {"loss": out[f"loss_p{N}"], "acc": out[f"acc_p{N}"]}
+            return {k.replace(f"_p{N}", ""): v for k, v in out.items()}
         k = len(self.pairs)
         return {"loss": sum(out[f"loss_p{N}"] for N in self.pairs) / k,
                 "acc": sum(out[f"acc_p{N}"] for N in self.pairs) / k, **out}
 
+    def solved(self, scores, at):
+        """Whether scores (score's) reach accuracy `at` at every count: where the model has a
+        window, at the answers inside it (acc_win), the only ones a window could ever learn."""
+        keys = ["acc"] if len(self.pairs) == 1 else [f"acc_p{N}" for N in self.pairs]
+        return all(scores.get(k.replace("acc", "acc_win"), scores[k]) >= at for k in keys)
+
+
+def distances(x, y):
+    """(answers,): for each answer of (x, y), in the row-major order of y != IGNORE, how many
+    positions its query sits after its key. A row's pairs are its first 2N tokens, N its answers
+    (each key comes back once), keys at the even positions: the key is the one of them equal to
+    the query, which a filler token equal to it cannot be mistaken for."""
+    keep = y != IGNORE
+    b, t = keep.nonzero(as_tuple=True)  # the answers' rows and positions
+    N = keep.sum(1)[b]  # (answers,)
+    p = torch.arange(x.size(1))
+    at_key = (x[b] == x[b, t][:, None]) & (p % 2 == 0) & (p < 2 * N[:, None])  # (answers, T)
+    return t - at_key.int().argmax(1)
+
+
+def distance_bin(d):
+    # the bin of a distance d >= 1: [2^k, 2^(k+1)), named by its lower edge, so that a window of
+    # W = 2^k splits bins at W: those below it hold keys inside the window
+    return 1 << (int(d).bit_length() - 1)
+
+
+def by_bin(hits, d):
+    """{lower edge: [hits, answers]} over the distance bins (distance_bin); JSON-ready."""
+    out = {}
+    for h, b in zip(hits.tolist(), map(distance_bin, d.tolist())):
+        cell = out.setdefault(str(b), [0, 0])
+        cell[0], cell[1] = cell[0] + int(h), cell[1] + 1
+    return dict(sorted(out.items(), key=lambda kv: int(kv[0])))
+
 
 @torch.no_grad()
-def score(model, x, y, batch_size=64):
-    """The mean loss (nats) and accuracy (argmax = the value) at the answers of (x, y)."""
+def answers(model, x, y, batch_size=64):
+    """(the mean loss in nats, hits, distances) at the answers of (x, y): hits (answers,) bool,
+    argmax = the value; distances (answers,) from each answer's key to its query (distances)."""
     was_training, device = model.training, model.lm_head.weight.device
     model.eval()
-    nats = hits = answers = 0.0
+    nats, hits = 0.0, []
     for i in range(0, len(x), batch_size):
         xb, yb = x[i:i + batch_size].to(device), y[i:i + batch_size].to(device)
         logits, _ = model(xb)  # (B, T, V)
         keep = yb != IGNORE
         at, want = logits[keep].float(), yb[keep]  # (answers, V), (answers,)
         nats += F.cross_entropy(at, want, reduction="sum").item()
-        hits += (at.argmax(-1) == want).sum().item()
-        answers += len(want)
+        hits.append((at.argmax(-1) == want).cpu())
     model.train(was_training)
-    return nats / answers, hits / answers
+    hits = torch.cat(hits)
+    return nats / len(hits), hits, distances(x, y)
+
+
+def score(model, x, y, batch_size=64):
+    """The mean loss (nats) and accuracy (argmax = the value) at the answers of (x, y)."""
+    nats, hits, _ = answers(model, x, y, batch_size)
+    return nats, hits.sum().item() / len(hits)

@@ -28,35 +28,38 @@ import configurator
 import flops
 import muon
 import track
-from common import autocast, device_memory, device_name, fail, git_commit, native_bf16, resolve_device, resolve_dtype
-from eval import Text
+from common import (autocast, device_memory, device_name, fail, git_commit, native_bf16,
+                    resolve_device, resolve_dtype)
 from model import GPT, PRESETS, GPTConfig, preset as model_preset
-from prepare import prepare
 from recall import MQAR
+from text import Text
 from tokenizer import get_tokenizer
 
 # -----------------------------------------------------------------------------
 # run
 out_dir = "out"  # runs go to out_dir/run_name/
-run_name = ""  # default: {preset}_{attn}_s{seed}; not --run, which torchrun takes for its --run_path
-resume = False  # continue the run in out_dir/run_name from its checkpoint (or from step 0 if it has none)
+run_name = ""  # default: {preset}_{attn}_s{seed}; not --run, torchrun's for its --run_path
+resume = False  # continue out_dir/run_name from its checkpoint (or from step 0 if it has none)
 seed = 0  # initialisation and batch order
-check = False  # check the flags, the shape and the memory, then exit, writing nothing (reproduce.sh does)
+check = False  # check the flags, shape and memory, then exit, writing nothing (reproduce.sh does)
 # model: a preset's shape (model.PRESETS), any field overridden
 preset = "cpu"  # the shape, from model.PRESETS; the fields below override it
 attn = "mha"  # the KV design: mha, gqa, mqa, mla or lrkv
-n_layer = n_head = n_embd = block_size = vocab_size = None  # None = the preset's (vocab: the data's, padded)
-n_kv_head = lrkv_rank = mla_kv_rank = mla_rope_dim = mla_q_rank = None  # None: the preset's or model.py's
+n_layer = n_head = n_embd = block_size = vocab_size = None  # None: the preset's (vocab: data's)
+n_kv_head = lrkv_rank = mla_kv_rank = mla_rope_dim = mla_q_rank = None  # None: preset's, model's
 mla_deepseek = None  # MLA with DeepSeek's widths (d_n = d_h) and a learnable kv_norm weight
-lrkv_factored = None  # LRKV with RoPE on the shared key only, K_h = RoPE(K_s) + R B_hᵀ: exact absorbed decode
+lrkv_factored = None  # LRKV with RoPE on the shared key only, K_h = RoPE(K_s) + R B_hᵀ:
+                      # exact absorbed decode
 window = None  # attend to the last `window` tokens only (sliding window, any design); None/0 = all
-attn_scale = None  # multiplies the QK-normed designs' softmax scale 1/√d_h (cpu preset 2, paper's 1)
+attn_scale = None  # times the QK-normed designs' softmax scale 1/√d_h (cpu preset 2, paper's 1)
 mlp_hidden = None  # the MLP's width; None = 4·n_embd
-match_params = False  # size the MLP so the model has standard MHA's parameter count (flops.match_params)
+k_eq_v = None  # keys equal to values: one projection and one cached tensor (MHA, GQA, MQA)
+kv_share = None  # layers that share one K/V (cross-layer attention): each group's first makes it
+match_params = False  # size the MLP to standard MHA's parameter count (flops.match_params)
 # data
 data_dir = "data"  # prepared datasets live in data_dir/<dataset>_<tokenizer>/
-dataset = "shakespeare"  # shakespeare (embedded), fineweb, your own (prepare.py), or mqar (recall.py)
-mqar_pairs = [16]  # mqar: key-value pairs a sequence (its length is block_size, its tokens vocab_size);
+dataset = "shakespeare"  # shakespeare (embedded), fineweb, your own (prepare.py), mqar (recall.py)
+mqar_pairs = [16]  # mqar: key-value pairs a sequence (its length block_size, tokens vocab_size);
                    # several, e.g. [4,8,16,32]: a mixture, each count an equal share, scored apart
 mqar_alpha = 0.01  # mqar: how far queries sit from the pairs, a power law (small: near)
 mqar_examples = 1024  # mqar: the fixed val and test sets; the learning curve reads a quarter
@@ -68,10 +71,13 @@ total_batch_tokens = 16 * 256  # global tokens per optimiser step, fixed whateve
 train_tokens = 600 * 16 * 256  # the run's length
 max_iters = 0  # optimiser steps; 0: train_tokens / total_batch_tokens, rounded up
 warmup_iters = 30  # steps of linear learning-rate warm-up
+schedule = "cosine"  # after warm-up: cosine (to min_lr_frac at max_iters) or constant
 min_lr_frac = 0.0  # cosine decays to this fraction of each learning rate
+stop_acc = 0.0  # stop when the curve's held-out accuracy reaches this (task.solved); 0: off
 # optimiser: the paper's Muon for hidden matrices and AdamW for the rest (muon.py), or AdamW alone
 optimizer = "muon"  # muon or adamw
-muon_dtype = "auto"  # Newton-Schulz precision: auto = bf16 on GPUs (the paper's), fp32 on CPUs; or bf16, fp32
+muon_dtype = "auto"  # Newton-Schulz precision: auto = bf16 on GPUs (the paper's), fp32 on CPUs;
+                     # or bf16, fp32
 matrix_lr = muon.MATRIX_LR  # Muon, every hidden weight matrix
 embed_lr = muon.EMBED_LR  # AdamW, token embedding
 head_lr = muon.HEAD_LR  # AdamW, output head
@@ -89,22 +95,23 @@ tracker_project = "nanokv"  # the tracker's project; the tracked run is named ru
 # system
 device = "auto"  # auto: cuda:LOCAL_RANK if available, else cpu; or cpu, cuda, cuda:N, mps
 compile = "auto"  # auto: on for cuda
-dtype = "auto"  # autocast precision: auto = bf16 on CUDA if native, else fp16 (GradScaler); CPU fp32
-fsdp = False  # shard weights, gradients and optimiser state across ranks (FSDP2) instead of DDP's full copies
-activation_checkpointing = False  # recompute each block in backward: far less memory, ~1/3 more compute
-memory_limit_gb = 0.0  # refuse a run whose estimated memory per rank exceeds this (0: the GPU's or RAM)
+dtype = "auto"  # autocast: auto = bf16 on CUDA if native, else fp16 (GradScaler); CPU fp32
+fsdp = False  # shard weights, gradients and optimiser state across ranks (FSDP2), not DDP's copies
+activation_checkpointing = False  # recompute each block in backward: less memory, ~1/3 more compute
+memory_limit_gb = 0.0  # refuse a run whose memory per rank would exceed this (0: the GPU's or RAM)
 # -----------------------------------------------------------------------------
 config_keys = configurator.configure(__file__, globals(), sys.argv[1:], __doc__)
 # counts the run divides by or counts to: below these, a crash or a run that never ends
 for k, least in dict(batch_size=1, total_batch_tokens=1, train_tokens=1, max_iters=0,
-                     eval_interval=1, log_interval=1, mqar_examples=1).items():
+                     eval_interval=1, log_interval=1).items():
     if globals()[k] < least:
         fail(f"--{k}={globals()[k]} must be at least {least}")
 max_iters = max_iters or -(-train_tokens // total_batch_tokens)
 run_name = run_name or f"{preset}_{attn}_s{seed}"
 run_dir = os.path.join(out_dir, run_name)
 track.check(tracker)  # a missing package is said now, before anything is written
-train_config = {k: globals()[k] for k in config_keys}  # as the checkpoint and the log's header save it
+# the run's configuration, as the checkpoint and the log's header save it
+train_config = {k: globals()[k] for k in config_keys}
 
 # distributed (torchrun sets RANK): NCCL on GPUs, gloo on the CPU
 ddp = "RANK" in os.environ
@@ -116,10 +123,11 @@ cuda = device.startswith("cuda")
 if ddp:
     if cuda:
         torch.cuda.set_device(device)
-    # rank 0 writes checkpoints while the others wait at a barrier: allow an hour, not NCCL's 10 minutes
+    # rank 0 writes checkpoints while the others wait at a barrier: an hour, not NCCL's 10 minutes
     dist.init_process_group("nccl" if cuda else "gloo", timeout=datetime.timedelta(hours=1))
 if fsdp and not ddp:
-    fail("--fsdp shards the model across ranks: launch with torchrun --nproc_per_node=N (N >= 2), or drop it")
+    fail("--fsdp shards the model across ranks: launch with torchrun --nproc_per_node=N (N >= 2), "
+         "or drop it")
 log = print if master else (lambda *a, **k: None)
 warn = lambda msg: log(f"warning: {msg}", file=sys.stderr)  # noqa: E731
 
@@ -132,36 +140,45 @@ compile = cuda if compile == "auto" else compile
 if cuda:
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
 amp = autocast(device, dtype)
-scaler = torch.amp.GradScaler(device.partition(":")[0], enabled=dtype == "fp16")  # a no-op unless fp16
+# a no-op unless fp16
+scaler = torch.amp.GradScaler(device.partition(":")[0], enabled=dtype == "fp16")
 
 # the model's shape, and whether a rank's share of the run fits in memory
+# the task, chosen here and nowhere else: recall examples made from seeds (recall.py), or a
+# prepared text (text.py); each says what it needs through the same face
+Task = MQAR if dataset == "mqar" else Text
 try:
     tok = get_tokenizer(tokenizer)
     overrides = {k: globals()[k] for k in asdict(GPTConfig())
                  if k in config_keys and globals()[k] is not None}
-    mqar = dataset == "mqar"
-    # a text's vocabulary is its tokenizer's, padded for fast matmuls; MQAR's tokens are the preset's
-    if not (mqar and "vocab_size" in PRESETS.get(preset, {})):
+    # a text's vocabulary is its tokenizer's, padded for fast matmuls; a task of its own tokens
+    # takes the preset's
+    if Task.tokenized or "vocab_size" not in PRESETS.get(preset, {}):
         overrides.setdefault("vocab_size", math.ceil(tok.vocab_size / 64) * 64)
     model_config = model_preset(preset, **overrides)
     flops.accounting(model_config)  # a design flops.py has no formulas for is refused now
-    if mqar:
-        task = MQAR(model_config.block_size, mqar_pairs, model_config.vocab_size, mqar_alpha, mqar_examples)
 except (ValueError, TypeError) as e:
     fail(str(e))
 if match_params:
     if mlp_hidden is not None:
         fail("--match_params chooses mlp_hidden itself: pass one of the two")
     model_config = flops.match_params(model_config)
-if model_config.vocab_size < tok.vocab_size and not mqar:
-    fail(f"vocab_size={model_config.vocab_size} is smaller than the {tokenizer} tokenizer's {tok.vocab_size}")
+try:
+    Task.check(train_config, model_config, tok)
+except ValueError as e:
+    fail(str(e))
+if schedule not in ("cosine", "constant"):
+    fail(f"--schedule={schedule!r} is unknown; use cosine or constant")
+if stop_acc and not hasattr(Task, "solved"):
+    fail(f"--stop_acc: {dataset} has no solve rule to stop at; drop it")
 T = model_config.block_size
 if total_batch_tokens % (batch_size * T * world):
     fail(f"total_batch_tokens={total_batch_tokens} must be a multiple of batch_size·block_size·"
          f"ranks = {batch_size}·{T}·{world}; change --batch_size or --total_batch_tokens")
 grad_accum = total_batch_tokens // (batch_size * T * world)
 limit = memory_limit_gb * 2**30 or device_memory(device)
-refusal = flops.memory_refusal(model_config, batch_size, world, fsdp, activation_checkpointing, limit)
+refusal = flops.memory_refusal(model_config, batch_size, world, fsdp, activation_checkpointing,
+                               limit)
 if refusal:  # now, rather than out of memory after minutes of building and compiling
     fail(refusal)
 if optimizer not in ("muon", "adamw"):
@@ -173,31 +190,32 @@ except ValueError as e:
 if check:
     sys.exit(0)
 
-# the task, chosen once: a prepared text (the embedded corpus prepares itself on first use;
-# anything else must be prepared first), or recall examples made from seeds (made above)
-if not mqar:
-    dataset_dir = os.path.join(data_dir, f"{dataset}_{tokenizer}")
-    if dataset == "shakespeare" and master:
-        prepare(dataset, tokenizer, data_dir)
-    if ddp:
-        dist.barrier()
-    try:
-        task = Text(dataset_dir, T, tok.token_bytes(), device, rank, world, eval_tokens)
-    except (FileNotFoundError, ValueError) as e:
-        fail(str(e))
-if max_iters * total_batch_tokens > task.n_train:
-    warn(f"{max_iters} steps x {total_batch_tokens} tokens is {max_iters * total_batch_tokens / task.n_train:.1f} "
-         f"times the {task.n_train:,} training tokens of {dataset}: the run will see its data more than once")
+# the task's data: rank 0 prepares what must be prepared while the others wait
+if master:
+    Task.prepare(train_config)
+if ddp:
+    dist.barrier()
+try:
+    task = Task.from_config(train_config, model_config, tok, device, rank, world)
+except (FileNotFoundError, ValueError) as e:
+    fail(str(e))
+seen = max_iters * total_batch_tokens / task.n_train
+if seen > 1:
+    warn(f"{max_iters} steps x {total_batch_tokens} tokens is {seen:.1f} times the "
+         f"{task.n_train:,} training tokens of {dataset}: the run will see its data more than once")
 if warmup_iters >= max_iters:
     warn(f"warmup_iters={warmup_iters} >= max_iters={max_iters}: the run never leaves warm-up")
 
 
 def get_batch(step):
-    """This rank's grad_accum micro-batches of the step's global batch, a function of (seed, step)."""
+    """This rank's grad_accum micro-batches of the step's global batch: a function of (seed,
+    step)."""
     mine = slice(rank * batch_size * grad_accum, (rank + 1) * batch_size * grad_accum)
-    xy = torch.stack(task.batch(step, seed, batch_size * grad_accum * world, mine))  # (2, grad_accum·B, T)
+    # (2, grad_accum·B, T)
+    xy = torch.stack(task.batch(step, seed, batch_size * grad_accum * world, mine))
     xy = xy.view(2, grad_accum, batch_size, T)
-    xy = xy.pin_memory().to(device, non_blocking=True) if cuda else xy  # the copy overlaps the GPU's work
+    # the copy overlaps the GPU's work
+    xy = xy.pin_memory().to(device, non_blocking=True) if cuda else xy
     return list(zip(xy[0], xy[1]))
 
 
@@ -208,7 +226,9 @@ with torch.device(device):
 if activation_checkpointing:  # each block keeps only its input; backward recomputes the rest
     for block in model.h:
         block.forward = functools.partial(checkpoint, block.forward, use_reentrant=False)
-if fsdp:  # each block, then the rest, as DTensors sharded on dim 0, gathered whole for each block's compute
+# FSDP2: each block, then the rest, as DTensors sharded on dim 0, gathered whole for each block's
+# compute
+if fsdp:
     # bf16 as DDP's autocast computes it: a block's weights gathered in bf16, its fp32 input left
     # alone; embedding and head fp32, so the residual stream is fp32 as under DDP; reduced in fp32
     block_mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if dtype == "bf16" else None,
@@ -227,9 +247,12 @@ base_lrs = [[g["lr"] for g in o.param_groups] for o in optims]
 
 
 def lr_frac(step):
-    # linear warm-up, then cosine to min_lr_frac
+    # linear warm-up, then cosine to min_lr_frac, or constant: a run that stops when it has solved
+    # (stop_acc) learns at the same rate whenever that comes, none decayed to zero before the cap
     if step < warmup_iters:
         return (step + 1) / warmup_iters
+    if schedule == "constant":
+        return 1.0
     progress = (step - warmup_iters) / max(1, max_iters - warmup_iters)
     return min_lr_frac + (1 - min_lr_frac) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
@@ -239,17 +262,27 @@ def lr_frac(step):
 log_path = os.path.join(run_dir, "log.jsonl")
 start, last_logged = 0, -1
 if resume:
-    start, last_logged = ckpt.resume(run_dir, fsdp, model, optims, scaler, asdict(model_config), device,
-                                     train_config, master)
+    start, last_logged = ckpt.resume(run_dir, fsdp, model, optims, scaler, asdict(model_config),
+                                     device, train_config, master)
     if start == max_iters:
-        log(f"{run_name}: already at step {start} = max_iters, nothing to do; a larger --max_iters trains on")
+        log(f"{run_name}: already at step {start} = max_iters, nothing to do; "
+            "a larger --max_iters trains on")
         sys.exit(0)
 elif master and os.path.exists(log_path):
-    fail(f"{run_dir} already holds a run; pass --resume to continue it or choose another --run_name")
-if ddp:  # every rank must agree on which steps evaluate
-    t = torch.tensor([last_logged], device=device)
+    fail(f"{run_dir} already holds a run; pass --resume to continue it or choose another "
+         "--run_name")
+# a run that stopped early (stop_acc) says where in its score line: a resumed one stops there
+# again, even where the kill came after that line and before its checkpoint
+stopped_at = -1
+if resume and master and os.path.exists(log_path):
+    stopped_at = next((r["step"] for r in ckpt.read_log(log_path) if r.get("stopped")), -1)
+if ddp:  # every rank must agree on which steps evaluate, and where the run ends
+    t = torch.tensor([last_logged, stopped_at], device=device)
     dist.broadcast(t, 0)
-    last_logged = int(t)
+    last_logged, stopped_at = map(int, t)
+if start == stopped_at:
+    log(f"{run_name}: stopped at step {start}, solved (stop_acc={stop_acc}); nothing to do")
+    sys.exit(0)
 
 # compile the model, and wrap it in DDP (gradients averaged in backward) unless FSDP2 shards it
 train_model = torch.compile(model) if compile else model
@@ -272,9 +305,11 @@ if master:
         type="header", run=run_name, attn=model_config.attn, resumed=resume, start_step=start,
         config={**run_config, "run": run_name}, **flops.accounting(model_config),
         tokens_per_step=total_batch_tokens, world_size=world, git=git_commit(),
-        device=f"{world}x {hardware}", threads=torch.get_num_threads(), torch=torch.__version__, dtype=dtype,
+        device=f"{world}x {hardware}", threads=torch.get_num_threads(), torch=torch.__version__,
+        dtype=dtype,
         held_out=task.held_out, time=time.strftime("%Y-%m-%d %H:%M:%S")))
-tracked = (track.start(tracker, tracker_project, run_name, run_dir, run_config, resume) if master else None)
+tracked = (track.start(tracker, tracker_project, run_name, run_dir, run_config, resume)
+           if master else None)
 log(f"{run_name}: {model_config.attn}, {flops.params(model_config) / 1e6:.2f}M params, "
     f"{flops_per_token / 1e6:.2f} MFLOP/token, {total_batch_tokens} tokens/step ({world} rank(s) x "
     f"{grad_accum} micro-steps x {batch_size}x{T}), {max_iters} steps on {hardware}")
@@ -290,7 +325,7 @@ step = start
 loss_sum, first_bad = torch.zeros((), device=device), torch.tensor(-1, device=device)
 while True:  # `step` optimiser steps are done
     # once in a while: wait for the device (only here), log, evaluate, checkpoint
-    last = step == max_iters
+    last = step in (max_iters, stopped_at)
     logging = step > start and (step % log_interval == 0 or step % eval_interval == 0 or last)
     saving = step > start and (last or bool(ckpt_every and step % ckpt_every == 0))
     if ckpt_minutes and step > start:  # rank 0's clock decides, so every rank takes the same branch
@@ -310,29 +345,41 @@ while True:  # `step` optimiser steps are done
             sys.exit(1)
     if logging:  # train_loss and lr are this step's
         tps = total_batch_tokens / dt
-        record.update(train_loss=train_loss, lr=optims[0].param_groups[0]["lr"], dt=dt, tokens_per_s=tps,
+        record.update(train_loss=train_loss, lr=optims[0].param_groups[0]["lr"], dt=dt,
+                      tokens_per_s=tps,
                       mfu=flops_per_token * tps / (peak * world) if peak else None)
-    evaluating = (step % eval_interval == 0 or last) and step > last_logged  # not redone after a resume
+    # not redone after a resume
+    evaluating = (step % eval_interval == 0 or last) and step > last_logged
     if evaluating:
         with amp:
-            record.update({f"test_{k}": v for k, v in task.score(model, "test", task.curve_part, batch_size).items()})
-        log(f"step {step}: test loss {record['test_loss']:.4f}, {metric} {record[f'test_{metric}']:.4f}")
+            curve = task.score(model, "test", task.curve_part, batch_size)
+        record.update({f"test_{k}": v for k, v in curve.items()})
+        log(f"step {step}: test loss {record['test_loss']:.4f}, "
+            f"{metric} {record[f'test_{metric}']:.4f}")
+        # solved: this step is the run's last, scored, checkpointed and marked in the log
+        if stop_acc and not last and task.solved(curve, stop_acc):
+            last = saving = True
+            stopped_at = step
     score = None
     if evaluating and last:  # the run's result: every example of both held-out splits
-        score = dict(type="score", step=step)
+        score = dict(type="score", step=step, **({"stopped": True} if step == stopped_at else {}))
         for split in ("val", "test"):
             with amp:
-                score.update({f"{split}_{k}": v for k, v in task.score(model, split, None, batch_size).items()})
+                whole = task.score(model, split, None, batch_size)
+            score.update({f"{split}_{k}": v for k, v in whole.items()})
         log(f"step {step}: every held-out {task.unit}: " + "; ".join(
-            f"{s} loss {score[f'{s}_loss']:.4f}, {metric} {score[f'{s}_{metric}']:.4f}" for s in ("val", "test")))
+            f"{s} loss {score[f'{s}_loss']:.4f}, {metric} {score[f'{s}_{metric}']:.4f}"
+            for s in ("val", "test")))
     if master and (evaluating or step % log_interval == 0) and step > last_logged:
         if score:  # first: a kill before the step line redoes the step, and its score with it
             ckpt.append_log(log_path, score)
         ckpt.append_log(log_path, record)
         # one tracker line a step: the score's numbers beside the step's, named apart
-        track.log(tracked, {**record, **{f"score_{k}": v for k, v in (score or {}).items() if "_" in k}})
+        named = {f"score_{k}": v for k, v in (score or {}).items() if "_" in k}
+        track.log(tracked, {**record, **named})
     if saving:
-        rng = dict(torch=torch.get_rng_state(), cuda=torch.cuda.get_rng_state(device) if cuda else None)
+        rng = dict(torch=torch.get_rng_state(),
+                   cuda=torch.cuda.get_rng_state(device) if cuda else None)
         ckpt.save(run_dir, step, model, optims, dict(scaler=scaler.state_dict(), rng=rng,
                   model_config=asdict(model_config), train_config=train_config), fsdp, master)
         if ddp:
@@ -340,7 +387,8 @@ while True:  # `step` optimiser steps are done
         t_ckpt = time.time()
     if step > start and step % log_interval == 0:
         eta = (time.time() - t_start) / (step - start) * (max_iters - step)
-        log(f"step {step}/{max_iters} | loss {train_loss:.4f} | {total_batch_tokens / dt:,.0f} tok/s | "
+        log(f"step {step}/{max_iters} | loss {train_loss:.4f} | "
+            f"{total_batch_tokens / dt:,.0f} tok/s | "
             f"lr x{lr_frac(step - 1):.3f} | ETA {eta / 60:.1f} min")
     if last:
         break
@@ -358,11 +406,13 @@ while True:  # `step` optimiser steps are done
             train_model.require_backward_grad_sync = i == grad_accum - 1
         with amp:
             _, loss = train_model(x, y)
-        scaler.scale(loss / grad_accum).backward()  # fp16: scaled up so that small gradients survive
+        # fp16: scaled up so that small gradients survive
+        scaler.scale(loss / grad_accum).backward()
         loss_sum += loss.detach() / grad_accum
     if ddp:
         dist.all_reduce(loss_sum, op=dist.ReduceOp.AVG)
-    first_bad = torch.where((first_bad < 0) & ~loss_sum.isfinite(), step + 1, first_bad)  # on the device
+    # on the device: no wait here
+    first_bad = torch.where((first_bad < 0) & ~loss_sum.isfinite(), step + 1, first_bad)
     if grad_clip:
         for opt in optims:
             scaler.unscale_(opt)  # clip the true gradients
@@ -375,7 +425,8 @@ while True:  # `step` optimiser steps are done
 
 if tracked is not None:
     tracked.finish()
-# release what holds the process group (DDP's reducer) while the interpreter is whole, then the group
+# release what holds the process group (DDP's reducer) while the interpreter is whole, then
+# the group
 if ddp:
     del train_model
     dist.destroy_process_group()

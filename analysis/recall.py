@@ -3,7 +3,9 @@
 number of key-value pairs, from the runs logs.load_runs read. Two kinds of log:
   - E6's, many seeds a design, each run trained on a mixture of pair counts (a list) and scored at
     each, or with a sliding window: solve rates against MHA's, Fisher's exact test, Holm;
-  - E4's, one pair count a run: each design's accuracy paired with MHA's seed by seed.
+  - E4's, one pair count a run: each design's accuracy paired with MHA's seed by seed;
+  - E7's, runs that stop once solved (stop_acc): the time to solve, censored at the cap, by design
+    and cache (Kaplan-Meier, log-rank and Fisher against MHA, Holm), and accuracy by distance.
 recall_mode returns what plot.write prints and saves: the figure, the tables, their notes, names.
 """
 import math
@@ -16,6 +18,7 @@ import matplotlib.pyplot as plt
 from common import DESIGNS, design_keys, warn
 from analysis.logs import cache
 from analysis.stats import family, fisher_exact, fmt, gap, gap_head, holm, paired_t, render, smallest_rate_gap
+from analysis.survival import survival_mode
 from analysis.sweeps import PAPER_MATRIX_LR
 
 
@@ -155,8 +158,11 @@ def recall_tables(cells, rows):
 
 
 def recall_mode(runs, reference_runs=None):
-    """The recall figure, its tables, their notes and the files' names: E6's solve rates where a
-    run was scored at a mixture of pair counts or attends through a window, else E4's table."""
+    """The recall figure, its tables, their notes and the files' names: E7's times to solve where
+    runs stop when solved (stop_acc), E6's solve rates where a run was scored at a mixture of pair
+    counts or attends through a window, else E4's table."""
+    if any(r["config"].get("stop_acc") for r in runs):
+        return survival_mode(finished(runs))
     if any(isinstance(r["config"].get("mqar_pairs"), list) or r["config"].get("window") for r in runs):
         return solve_mode(runs, reference_runs)
     cells = recall_cells(runs)
@@ -367,3 +373,4 @@ def solve_mode(runs, reference_runs=None):
              "that never got there counted as never",
              f"figure: d_model {width}, the width with the most runs"]
     return draw_solves(rows, width), solve_table(rows), notes, ("figure_recall", "recall.md")
+

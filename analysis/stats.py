@@ -1,7 +1,8 @@
 """
 The statistics plot.py reports, with no scipy: Student's t distribution from the regularised
 incomplete beta function; the paired t-test of a gap over seeds, Welch's test of two independent
-means, the slope of a gap on a setting, Fisher's exact test of two solve rates; Holm's correction
+means, the slope of a gap on a setting, Fisher's exact test of two solve rates; Kaplan-Meier, the
+log-rank test and the median with its interval for times to an event; Holm's correction
 within a table, the smallest gap a test would find, two one-sided tests of equivalence; a
 setting's final losses; and the columns a gap takes in a Markdown table. numpy and math only, so
 plot.py stays light. The plan they serve, fixed before the runs, is docs/plan.md.
@@ -143,6 +144,56 @@ def smallest_rate_gap(n, k0, n0, alpha):
     whose Fisher's p is below alpha, over every k of n the runs could solve; None if none can."""
     gaps = [abs(k / n - k0 / n0) for k in range(n + 1) if fisher_exact(k, n, k0, n0) < alpha]
     return min(gaps, default=None)
+
+
+# -----------------------------------------------------------------------------
+# time to an event (E7: the first step a run solved), right-censored at a cap
+
+def kaplan_meier(times, events):
+    """The Kaplan-Meier estimate of S(t) = P(no event by t) from times (the event's, or the
+    censoring's where events is False): [(t, at risk, events at t, S(t), Greenwood's variance)] at
+    each distinct event time, in order. A run censored at t counts as at risk at t (events first)."""
+    rows, S, green = [], 1.0, 0.0
+    for t in sorted({t for t, e in zip(times, events) if e}):
+        n = sum(u >= t for u in times)
+        d = sum(u == t and e for u, e in zip(times, events))
+        S *= 1 - d / n
+        green += d / (n * (n - d)) if n > d else math.inf
+        rows.append((t, n, d, S, S * S * green if S > 0 else 0.0))
+    return rows
+
+
+def km_at(rows, t):
+    """S(t) from kaplan_meier's rows: the value after the last event time <= t (1 before any)."""
+    return next((r[3] for r in reversed(rows) if r[0] <= t), 1.0)
+
+
+def median_time(times, events, z=1.959963984540054):
+    """(the median time to the event, its 95% interval's ends): Brookmeyer and Crowley's interval,
+    the times whose S(t) is within z Greenwood standard errors of 1/2, read as the first t at which
+    S's lower band, and then its upper band, reach 1/2; None where that never happens by the last
+    event ("not reached")."""
+    rows = kaplan_meier(times, events)
+    first = lambda ok: next((t for t, _, _, S, v in rows if ok(S, math.sqrt(v))), None)  # noqa: E731
+    return (first(lambda S, se: S <= 0.5), first(lambda S, se: S - z * se <= 0.5),
+            first(lambda S, se: S + z * se <= 0.5))
+
+
+def logrank(times1, events1, times2, events2):
+    """The two-sided log-rank test of two groups' times to an event: (O - E, its variance, p) for
+    group 1, with the hypergeometric variance, which takes tied times as they are; p from the
+    chi-square with 1 degree of freedom, erfc(sqrt(chi2 / 2))."""
+    times, events = list(times1) + list(times2), list(events1) + list(events2)
+    first = [True] * len(times1) + [False] * len(times2)
+    o_e = var = 0.0
+    for t in sorted({t for t, e in zip(times, events) if e}):
+        at = [(g, u == t and e) for u, e, g in zip(times, events, first) if u >= t]
+        n, n1 = len(at), sum(g for g, _ in at)
+        d, d1 = sum(e for _, e in at), sum(g and e for g, e in at)
+        o_e += d1 - d * n1 / n
+        var += d * (n1 / n) * (1 - n1 / n) * (n - d) / (n - 1) if n > 1 else 0.0
+    p = math.erfc(math.sqrt(o_e * o_e / var / 2)) if var > 0 else 1.0
+    return o_e, var, p
 
 
 MARGIN = 0.008  # nats: "no difference" means within this of MHA (docs/plan.md)

@@ -53,6 +53,17 @@ def test_design_cfgs_keep_the_shape_and_gqa_its_heads():
     assert cfgs["lrkv"].lrkv_rank == 6 and cfgs["mla"].mla_kv_rank == 24 and cfgs["lrkv-f"].lrkv_factored
 
 
+def test_decode_bench_with_sharing_adds_k_eq_v_and_kv_share_where_they_apply():
+    cfgs = bench.design_cfgs(tiny("gqa"), sharing=True)
+    assert set(cfgs) - set(bench.design_cfgs(tiny("gqa"))) == \
+        {"mha=kv", "gqa=kv", "mqa=kv", *(f"{a}/2" for a in DESIGNS)}  # MLA and LRKV refuse K=V
+    assert cfgs["gqa=kv"].k_eq_v and cfgs["lrkv/2"].kv_share == 2 and not cfgs["lrkv/2"].k_eq_v
+    res = bench.decode_bench(tiny("gqa"), [8], steps=1, warmup=0, designs=("mha", "mha=kv", "mla/2"),
+                             sharing=True)
+    assert {a for a, _, _ in res} == {"mha", "mha=kv", "mla/2"} and res["mha", 8, "eager"]["vs_mha"] == 1
+    assert res["mha=kv", 8, "eager"]["bytes"] < res["mha", 8, "eager"]["bytes"]  # half the cache
+
+
 @pytest.mark.parametrize("modes", [("eager",), ("eager", "compiled")])
 def test_decode_bench_times_every_design(modes):
     torch.set_num_threads(1)
@@ -79,11 +90,13 @@ def test_cli_kv_and_decode_on_a_preset(capsys):
                 "--batch_size=2"])
     out = capsys.readouterr().out
     assert out.startswith("decode, batch 2, fp32") and "reads" in out and "GFLOP/s" in out
-    # design, mode, context, ms, tok/s, vs MHA, MB, GB/s, % read, GFLOP, roofline, % roof: a row per context
+    # design, mode, context, ms, tok/s, vs MHA, KV %, MB, GB/s, % read, GFLOP, roofline, % roof: a
+    # row per context
     rows = [line.split() for line in out.splitlines()[-12:]]
     assert [r[0] for r in rows[::2]] == list(DESIGNS) + ["lrkv-f"] and [r[2] for r in rows[:2]] == ["8", "64"]
-    assert all(len(r) == 12 and r[1] == "eager" and float(r[3]) > 0 for r in rows)
-    mb = {(r[0], r[2]): float(r[6]) for r in rows}
+    assert all(len(r) == 13 and r[1] == "eager" and float(r[3]) > 0 for r in rows)
+    assert {r[0]: r[6] for r in rows}["gqa"] == "50%"  # the cache beside the speed
+    mb = {(r[0], r[2]): float(r[7]) for r in rows}
     c = preset("cpu", block_size=64)
     assert mb["mha", "64"] == round(flops.decode_bytes(c, 64, batch=2, bytes_per_elem=4) / 1e6, 1)
     assert rows[0][5] == rows[1][5] == "1.00x" and mb["mqa", "64"] < mb["mha", "64"]

@@ -82,7 +82,7 @@ def test_flops_has_formulas_for_every_design(attn):
 
 def test_a_class_flops_has_no_formulas_for_is_an_error(monkeypatch):
     monkeypatch.setitem(DESIGNS, "bogus", DESIGNS["mha"]._replace(cls="BogusAttention"))
-    with pytest.raises(ValueError, match=r"attn='bogus': its row names the class BogusAttention, which "):
+    with pytest.raises(ValueError, match=r"attn='bogus': its row's class BogusAttention is not in attention.py"):
         GPTConfig(attn="bogus")
     monkeypatch.setattr(attention, "BogusAttention", type("BogusAttention", (torch.nn.Module,), {}),
                         raising=False)
@@ -233,3 +233,29 @@ def test_a_sixth_design_of_a_shared_class_is_told_each_missing_step(monkeypatch)
     model = GPT(cfg)
     assert cfg.kv_heads == 2 and model(torch.zeros(1, 8, dtype=torch.long))[0].shape == (1, 8, 32)
     assert flops.accounting(cfg)["params"] == sum(p.numel() for p in model.parameters())
+
+
+def test_sharing_a_class_cannot_build_is_refused_in_one_line(monkeypatch):
+    kw = dict(n_layer=4, n_head=4, n_embd=64, block_size=16, vocab_size=32)
+    for attn in ("mla", "lrkv"):  # K=V has no meaning for MLA's latent, and is not built for LRKV
+        with pytest.raises(ValueError, match=rf"^k_eq_v=True: not with --attn={attn}: [^\n]+$"):
+            GPTConfig(attn=attn, k_eq_v=True, **kw)
+    with pytest.raises(ValueError, match=r"^kv_share=3: must divide n_layer=4"):
+        GPTConfig(attn="lrkv", kv_share=3, **kw)
+    assert GPTConfig(attn="mla", kv_share=4, **kw).kv_share == 4  # one K/V group of every layer
+    # a design whose class says nothing of sharing is refused, not built as if it shared
+    monkeypatch.setattr(attention, "Toy", Toy, raising=False)
+    monkeypatch.setitem(DESIGNS, "toy", DESIGNS["mha"]._replace(label="Toy", cls="Toy", budget=None))
+    with pytest.raises(ValueError, match=r"^kv_share=2: not with --attn=toy: Toy does not say it can"):
+        GPTConfig(attn="toy", kv_share=2, **kw)
+    assert GPTConfig(attn="toy", **kw).kv_share == 1
+
+
+def test_a_subclass_of_gqa_under_another_name_gets_the_kv_heads_check(monkeypatch):
+    # the check reads what the class is, not its name: a GQA subclass with 3 K/V heads of 4 fails
+    # in one line, not inside SDPA
+    sub = type("WideGQA", (attention.GroupedQueryAttention,), {})
+    monkeypatch.setattr(attention, "WideGQA", sub, raising=False)
+    monkeypatch.setitem(DESIGNS, "gqa", DESIGNS["gqa"]._replace(cls="WideGQA"))
+    with pytest.raises(ValueError, match=r"^n_kv_head=3: K/V heads must divide n_head=4"):
+        GPTConfig(attn="gqa", n_kv_head=3, n_layer=1, n_head=4, n_embd=64, block_size=16, vocab_size=32)

@@ -30,12 +30,15 @@ def prompt(cfg, B=2, T=5):
 @pytest.mark.parametrize("attn, kw", [(a, {}) for a in DESIGNS] + [("mla", dict(mla_deepseek=True)),
                                                                    ("lrkv", dict(lrkv_factored=True)),
                                                                    ("lrkv", dict(window=4)), ("mla", dict(window=4)),
-                                                                   ("mha", dict(window=4))])
+                                                                   ("mha", dict(window=4)),
+                                                                   ("gqa", dict(k_eq_v=True, window=4)),
+                                                                   ("mla", dict(kv_share=2, n_layer=2)),
+                                                                   ("lrkv", dict(kv_share=2, n_layer=2))])
 def test_compiled_decode_is_one_graph_equal_to_eager(attn, kw):  # with a window: across its ring's wrap
     from torch._dynamo.utils import counters
     torch._dynamo.reset()
     counters.clear()
-    model = randomized(tiny(attn, n_layer=1, **kw))
+    model = randomized(tiny(attn, **{"n_layer": 1, **kw}))
     idx = prompt(model.cfg)
     compiled = model.generate(idx, 8, temperature=0, compile=True)
     assert counters["stats"]["unique_graphs"] == 1  # 7 decode steps at positions 5..11: one graph

@@ -1,17 +1,17 @@
 """How the repository reads: no import cycle among its own modules (a function-level import counts,
 since it only hides one), no file over 500 lines, no function over 60, a reading path of at most
-1,100 lines, none over 100 characters."""
+1,150 lines, none over 100 characters."""
 import ast
 import os
 import re
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SKIP = {".git", ".venv", ".ci", "data", "out", "__pycache__"}
-MAX_FILE, MAX_FUNCTION, READING_PATH, MAX_WIDTH = 500, 60, 1100, 100
+# the reading path, model.py + attention.py + train.py: issue 65's 1,100 lines, then 50 more for
+# what issues 64 and 66 added to it (the early stop and its schedule, K=V and kv_share), none over
+# 100 characters, rather than lines widened to fit a smaller count
+MAX_FILE, MAX_FUNCTION, READING_PATH, MAX_WIDTH = 500, 60, 1150, 100
 PATH = ("model.py", "attention.py", "train.py")  # what a newcomer reads: the GPT, the designs, the loop
-# reading-path files with lines over MAX_WIDTH that another branch is shortening now: they are let
-# through until then; delete the name once its lines fit
-WIDE = {"train.py"}
 # files over the limit that another branch is changing now: they may not grow; split them, then
 # delete their line here
 OVER = {}
@@ -118,14 +118,13 @@ def wide_lines(path, text):
     return [f"{path}:{i} ({len(line)})" for i, line in enumerate(text.splitlines(), 1) if len(line) > MAX_WIDTH]
 
 
-def test_the_reading_path_is_at_most_1100_lines_each_on_a_screen():
+def test_the_reading_path_is_at_most_1150_lines_each_on_a_screen():
     # a line cap alone is met by widening lines: the width is held too, so it is met by simplifying
     texts = {p: open(os.path.join(ROOT, p), encoding="utf-8").read() for p in PATH}
     lines = {p: t.count("\n") for p, t in texts.items()}
     assert sum(lines.values()) <= READING_PATH, f"the reading path is {lines}: {sum(lines.values())} lines"
-    wide = [w for p, t in texts.items() if p not in WIDE for w in wide_lines(p, t)]
+    wide = [w for p, t in texts.items() for w in wide_lines(p, t)]
     assert wide == [], f"lines over {MAX_WIDTH} characters: {', '.join(wide)}"
-    assert all(wide_lines(p, texts[p]) for p in WIDE), "a file of WIDE fits the width now: delete its name"
     assert wide_lines("f.py", "x = 1\n" + "y" * (MAX_WIDTH + 1)) == [f"f.py:2 ({MAX_WIDTH + 1})"]  # one is seen
 
 

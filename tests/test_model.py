@@ -315,12 +315,17 @@ def test_replace_changes_the_design_and_keeps_each_designs_own_setting():
     assert flops.params(replace(cfg, attn="gqa")) == flops.params(preset("cpu", attn="gqa"))
 
 
-def test_torch_compile_gives_eager_gradients_for_every_design():
+@pytest.mark.parametrize("sharing", [{}, dict(k_eq_v=True, kv_share=2, n_layer=2), dict(kv_share=2, n_layer=2)])
+def test_torch_compile_gives_eager_gradients_for_every_design(sharing):
     # every parameter's gradient, compiled as train.py compiles (inductor) against eager, with random
     # weights so that none is zero by init. torch 2.11's compile zeroed every gradient below the head
-    # (a no-op .type_as at the end of RMSNorm's forward); a test of the loss going down did not see it
+    # (a no-op .type_as at the end of RMSNorm's forward); a test of the loss going down did not see it.
+    # Shared K/V: a group's first layer gets its gradient from every layer that reads it
     for attn in DESIGNS:
-        model = randomized(tiny(attn, n_layer=1, n_embd=32, block_size=16, mla_rope_dim=4, lrkv_rank=4)).train()
+        if sharing.get("k_eq_v") and attn in ("mla", "lrkv"):
+            continue
+        kw = {**dict(n_layer=1, n_embd=32, block_size=16, mla_rope_dim=4, lrkv_rank=4), **sharing}
+        model = randomized(tiny(attn, **kw)).train()
         idx = tokens(model.cfg)
         grads = []
         for m in (model, torch.compile(model)):

@@ -82,7 +82,9 @@ def test_a_mixture_interleaves_its_counts_and_scores_each_apart():
         want = recall.score(model, *(t[:3] for t in task.held["test"][N]))
         assert (out[f"loss_p{N}"], out[f"acc_p{N}"]) == want
     assert out["acc"] == pytest.approx(sum(out[f"acc_p{N}"] for N in (4, 8, 16)) / 3)
-    assert set(recall.MQAR(64, 8, 64, examples=2).score(model, "val")) == {"loss", "acc"}  # one count: as before
+    one = recall.MQAR(64, 8, 64, examples=2)  # one count: as before, plus by distance when whole
+    assert set(one.score(model, "val", part=1)) == {"loss", "acc"}
+    assert set(one.score(model, "val")) == {"loss", "acc", "dist"}
 
 
 def tiny(attn="mha"):
@@ -232,7 +234,8 @@ def test_eval_recall_and_induction_on_a_checkpoint(tmp_path):
     p = subprocess.run([sys.executable, "eval.py", ckpt, "--recall", "--induction", "--examples=8"], cwd=ROOT,
                        capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert p.returncode == 0, p.stderr[-2000:]
-    table = {int(r.split("|")[1]): [c.strip() for c in r.split("|")[2:-1]] for r in p.stdout.splitlines()
+    by_length, by_distance = p.stdout.split("\nby the distance")  # two tables
+    table = {int(r.split("|")[1]): [c.strip() for c in r.split("|")[2:-1]] for r in by_length.splitlines()
              if re.match(r"\| \d+ \|", r)}
     assert sorted(table) == [4, 8, 16, 32] and table[32][0] == "-"  # 32 pairs need a length of 128
     import eval as evaluation
@@ -240,7 +243,12 @@ def test_eval_recall_and_induction_on_a_checkpoint(tmp_path):
     model, _ = load_model(ckpt, "cpu")
     for col, T in enumerate((64, 128)):  # the training length, and twice it (RoPE tables made longer)
         x, y = recall.mqar(8, T, 8, 64, (*recall.split_seed("test"), 8))
-        assert table[8][col] == f"{recall.score(evaluation.longer(model, T), x, y)[1]:.3f}"
+        assert table[8][col] == f"{recall.score(evaluation.rebuilt(model, block_size=T), x, y)[1]:.3f}"
+        if T == 64:  # by distance: each bin's answers, and hits, as recall.by_bin counts them
+            _, hits, d = recall.answers(model, x, y)
+            row = next(r for r in by_distance.splitlines() if r.startswith("| 8 |"))
+            want = [f"{h / n:.3f} ({n})" for h, n in recall.by_bin(hits, d).values()]
+            assert [c.strip() for c in row.split("|")[2:-1] if c.strip() != "-"] == want
     first, second = evaluation.induction(model, torch.arange(64), 8, 32)
     assert f"first copy {first:.4f} nats, second copy {second:.4f}" in p.stdout
 
@@ -286,3 +294,53 @@ def test_reproduce_sh_lists_the_recall_grid():
     assert cmds[-1].startswith("train.py config/mqar.py --attn=mha --n_embd=64 --window=32 --seed=0")
     p = subprocess.run(["bash", "reproduce.sh"], cwd=ROOT, env={**env, "PAIRS": "8x"}, capture_output=True, text=True)
     assert p.returncode == 2 and p.stderr.startswith("error: ")
+
+
+class Guesses(torch.nn.Module):
+    """A model whose argmax at (row, position) is guess[row, position], whatever batch it is in."""
+    def __init__(self, x, guess, V, window=0):
+        super().__init__()
+        self.x, self.guess, self.V = x, guess, V
+        self.lm_head = torch.nn.Linear(1, 1)
+        self.cfg = type("cfg", (), dict(window=window))
+
+    def forward(self, xb):
+        rows = [next(i for i in range(len(self.x)) if torch.equal(self.x[i], r)) for r in xb]
+        return torch.nn.functional.one_hot(self.guess[rows], self.V).float(), None
+
+
+def test_scores_by_distance_on_a_hand_built_example():
+    V, I = 16, recall.IGNORE
+    # row 0: 2 pairs (3 9) (5 12), key 5 queried at 6, key 3 at 12; a filler 3 at position 4, an
+    # even position after the pairs, is no key. Row 1: 1 pair (2 8), queried at 14.
+    x = torch.tensor([[3, 9, 5, 12, 3, 0, 5, 1, 1, 1, 1, 1, 3, 1, 1, 1],
+                      [2, 8, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 1]])
+    y = torch.full_like(x, I)
+    y[0, 6], y[0, 12], y[1, 14] = 12, 9, 8
+    assert recall.distances(x, y).tolist() == [6 - 2, 12 - 0, 14 - 0]  # row-major order
+    guess = torch.zeros_like(x)
+    guess[0, 6], guess[0, 12], guess[1, 14] = 12, 9, 0  # right, right, wrong
+    nats, hits, d = recall.answers(Guesses(x, guess, V), x, y, batch_size=1)
+    assert hits.tolist() == [True, True, False]
+    # bins [4, 8) and [8, 16): the near answer alone, the two far ones together
+    assert recall.by_bin(hits, d) == {"4": [1, 1], "8": [1, 2]}
+    assert [recall.distance_bin(k) for k in (1, 2, 3, 4, 7, 8, 15, 16)] == [1, 2, 2, 4, 4, 8, 8, 16]
+    # MQAR.score: the whole split by distance; a window's reach, the answers inside it (d < 8)
+    task = recall.MQAR(16, 1, V, examples=1)
+    task.pairs, task.held["test"] = [2], {2: (x, y)}
+    out = task.score(Guesses(x, guess, V), "test")
+    assert out["acc"] == 2 / 3 and out["dist"] == {"4": [1, 1], "8": [1, 2]}
+    assert not task.solved(out, 0.99)
+    windowed = task.score(Guesses(x, guess, V, window=8), "test")
+    assert windowed["acc_win"] == 1.0 and task.solved(windowed, 0.99)
+    guess[0, 6] = 0  # the near answer wrong: the window's reach holds nothing right
+    assert task.score(Guesses(x, guess, V, window=8), "test", part=2)["acc_win"] == 0.0
+
+
+def test_every_distance_points_back_to_its_key():
+    x, y = recall.mqar(50, 128, 16, 320, seed=3)
+    d = recall.distances(x, y)
+    b, t = (y != recall.IGNORE).nonzero(as_tuple=True)
+    key = t - d
+    assert (key % 2 == 0).all() and (key < 32).all() and (x[b, key] == x[b, t]).all()
+    assert (y[b, t] == x[b, key + 1]).all()  # the value right after the key is the answer

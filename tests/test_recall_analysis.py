@@ -214,3 +214,55 @@ def test_designs_at_two_rates_and_a_short_or_other_validity_set_are_refused(tmp_
         mix_log(tmp_path / "b" / f"mha_s{200 + s}", "mha", 200 + s, {8: 1.0, 16: 1.0}, {8: 100, 16: 100}, lr=0.04)
     assert error("--reference", str(tmp_path / "b")) == (
         2, "error: the validity runs differ from the main runs in matrix_lr")
+
+
+def stop_log(path, attn, seed, stop, cap=1000, window=0, kv=1024, dist=None):
+    """A synthetic E7 run: stopped solved at step `stop` (None: ran to the cap, censored)."""
+    end = cap if stop is None else stop
+    cfg = dict(dataset="mqar", n_layer=2, n_head=4, n_embd=64, block_size=128, vocab_size=256,
+               mqar_pairs=[4, 8], mqar_alpha=0.01, mqar_examples=1024, matrix_lr=0.005, seed=seed,
+               max_iters=cap, window=window, stop_acc=0.99, schedule="constant")
+    lines = [dict(type="header", run=os.path.basename(path), attn=attn, config=cfg, kv_bytes_per_token=kv,
+                  mha_kv_bytes_per_token=1024)]
+    lines += [dict(type="step", step=s, tokens=s, flops=0, test_loss=1.0, test_acc=0.1) for s in range(0, end, 100)]
+    lines.append(dict(type="score", step=end, test_loss=0.0, test_acc=1.0, **({"stopped": True} if stop else {}),
+                      **{f"test_dist_p{N}": d for N, d in (dist or {}).items()}))
+    lines.append(dict(type="step", step=end, tokens=end, flops=0, test_loss=0.0, test_acc=1.0))
+    os.makedirs(path)
+    with open(os.path.join(path, "log.jsonl"), "w") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in lines))
+
+
+def test_plot_recall_gives_times_to_solve_with_kaplan_meier_log_rank_and_fisher(tmp_path):
+    from analysis import stats
+    times = {("mha", 0): [100, 200, 200, 300, None], ("gqa", 0): [400, 600, None, None, None],
+             ("mqa", 0): [100, 300, 300, 500, 900], ("mha", 32): [None] * 5}
+    kv = {"mha": 1024, "gqa": 512, "mqa": 256}
+    for (attn, w), ts in times.items():
+        for s, t in enumerate(ts):
+            stop_log(tmp_path / f"{attn}_w{w}_s{s}", attn, s, t, window=w, kv=kv[attn],
+                     dist={4: {"2": [3, 4], "16": [1, 1]}, 8: {"2": [2, 2]}})
+    runs = logs.load_runs([str(tmp_path)])
+    _, table, notes, _ = recall.recall_mode(runs)
+    rows = {r.split("|")[2].strip(): [c.strip() for c in r.split("|")[1:-1]]
+            for r in table.split("\n\n")[0].splitlines()[2:]}
+    as_km = lambda ts: ([t or 1000 for t in ts], [t is not None for t in ts])  # noqa: E731
+    base = as_km(times[("mha", 0)])
+    assert rows["Standard MHA"][4] == "4/5" and rows["Standard MHA"][8] == "-"  # no test against itself
+    assert rows["Standard MHA"][5] == str(stats.median_time(*base)[0]) == "200"
+    ps = {}
+    for (attn, w), name in ((("gqa", 0), "GQA"), (("mqa", 0), "MQA"), (("mha", 32), "Standard MHA, window 32")):
+        o_e, _, p = stats.logrank(*as_km(times[(attn, w)]), *base)
+        ps[name] = p
+        assert rows[name][7] == f"{o_e:+.1f}" and rows[name][8] == f"{p:.2g}"
+        k = sum(t is not None for t in times[(attn, w)])
+        assert rows[name][4] == f"{k}/5" and rows[name][10] == f"{stats.fisher_exact(k, 5, 4, 5):.2g}"
+    assert [rows[n][9] for n in ps] == [f"{p:.2g}" for p in holm(list(ps.values()))]
+    assert rows["Standard MHA, window 32"][5] == "not reached"
+    # the frontier: MQA's 256 B solved; the window never did, at MHA's 1024 B a token as logged
+    frontier = table.split("\n\n")[2]
+    assert "| MQA | 256 | - |" in frontier and "| Standard MHA, windows | - | 1024 |" in frontier
+    # by distance, the solved runs' hits pooled: MHA's 4 solved runs at 4 pairs, bin 2: 12 of 16
+    dist = table.split("\n\n")[4]
+    assert "| Standard MHA, 1024 B | 4 | 0.750 | - | - | 1.000 | - | - |" in dist
+    assert any("Kaplan-Meier" in n for n in notes)

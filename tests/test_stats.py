@@ -168,3 +168,48 @@ def test_the_smallest_rate_gap_n_runs_could_establish():
     # 12 against 12 of 12 at 0.05: 7 of 12 gives p 0.037 and 8 of 12 p 0.093, so the gap is 5/12
     assert stats.fisher_exact(7, 12, 12, 12) < 0.05 < stats.fisher_exact(8, 12, 12, 12)
     assert stats.smallest_rate_gap(12, 12, 12, 0.05) == pytest.approx(5 / 12)
+
+
+# a small table of times to an event, censored where False, worked by hand below
+A = ([1, 2, 2, 3, 4, 5], [True, True, True, False, True, False])
+B = ([3, 4, 6, 6], [True, True, True, False])
+
+
+def test_kaplan_meier_and_greenwood_by_hand_and_scipys():
+    rows = stats.kaplan_meier(*A)
+    # t=1: 6 at risk, 1 event; t=2: 5, 2; t=4: 2 (the run censored at 3 has left), 1
+    assert [r[:3] for r in rows] == [(1, 6, 1), (2, 5, 2), (4, 2, 1)]
+    S = [5 / 6, 5 / 6 * 3 / 5, 5 / 6 * 3 / 5 * 1 / 2]
+    green = [1 / 30, 1 / 30 + 2 / 15, 1 / 30 + 2 / 15 + 1 / 2]
+    assert [r[3] for r in rows] == pytest.approx(S, abs=1e-15)
+    assert [r[4] for r in rows] == pytest.approx([s * s * g for s, g in zip(S, green)], abs=1e-15)
+    assert [stats.km_at(rows, t) for t in (0, 1, 3, 9)] == pytest.approx([1, S[0], S[1], S[2]])
+    res = scipy_stats.ecdf(scipy_stats.CensoredData(
+        uncensored=[t for t, e in zip(*A) if e], right=[t for t, e in zip(*A) if not e]))
+    assert res.sf.evaluate([1, 2, 4]) == pytest.approx(S, abs=1e-12)
+    band = res.sf.confidence_interval(0.95, method="linear")  # S ± z·se, se from Greenwood
+    z = scipy_stats.norm.ppf(0.975)
+    hi = [min(1, s + z * math.sqrt(s * s * g)) for s, g in zip(S, green)]
+    assert band.high.evaluate([1, 2, 4]) == pytest.approx(hi, abs=1e-9)
+
+
+def test_median_time_and_its_interval_by_hand():
+    # S: 5/6, 1/2 at t=2, 1/4 at t=4; se at t=2 and t=4 both sqrt(1/24) = 0.204: the lower band
+    # reaches 1/2 at t=2 (0.5 - 0.4), the upper band never (0.25 + 0.4 > 0.5): not reached
+    assert stats.median_time(*A) == (2, 2, None)
+    assert stats.median_time([5] * 4, [False] * 4) == (None, None, None)  # no event: no median
+    many = ([t for t in range(1, 41)], [True] * 40)  # S = 1 - t/40, every step an event
+    med, lo, hi = stats.median_time(*many)
+    assert med == 20 and lo < 20 < hi
+
+
+def test_logrank_by_hand_and_scipys():
+    o_e, var, p = stats.logrank(*A, *B)
+    # at t = 1, 2, 3, 4, 6: A at risk 6, 5, 3, 2, 0 of 10, 9, 7, 5, 2; events 1, 2, 1, 2, 1
+    assert o_e == pytest.approx(3 / 5 + 8 / 9 - 3 / 7, abs=1e-12)
+    assert var == pytest.approx(6 / 25 + 35 / 81 + 12 / 49 + 9 / 25, abs=1e-12)
+    assert p == pytest.approx(math.erfc(math.sqrt(o_e ** 2 / var / 2)), abs=1e-15)
+    data = [scipy_stats.CensoredData(uncensored=[t for t, e in zip(*g) if e],
+                                     right=[t for t, e in zip(*g) if not e]) for g in (A, B)]
+    assert p == pytest.approx(scipy_stats.logrank(*data).pvalue, rel=1e-9)
+    assert stats.logrank(*A, *A)[2] == pytest.approx(1.0)  # one group against itself

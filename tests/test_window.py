@@ -70,3 +70,46 @@ def test_compiled_training_with_a_window_gives_eager_gradients(attn):
         model.zero_grad(set_to_none=True)
     for n, g in grads[0].items():
         torch.testing.assert_close(grads[1][n], g, rtol=1e-4, atol=1e-6, msg=n)
+
+
+@pytest.mark.parametrize("attn", list(DESIGNS))
+def test_a_window_applied_at_inference_is_the_banded_forward_at_the_same_weights(attn):
+    # eval.py --window: a model trained on full attention, rebuilt with a window, weights unchanged
+    import eval as evaluation
+    from model import GPT
+    full = randomized(tiny(attn))
+    W, idx = 6, tokens(tiny(attn), T=20)
+    cut = evaluation.rebuilt(full, window=W)
+    banded = GPT(tiny(attn, window=W)).eval()  # a model built with the window: its banded mask
+    banded.load_state_dict(full.state_dict())  # strict: no weight depends on the window
+    with torch.no_grad():
+        want = banded(idx)[0]
+        torch.testing.assert_close(cut(idx)[0], want, rtol=0, atol=0)
+        # the same band through the explicit mask (attention.padded, two matmuls), not SDPA's
+        torch.testing.assert_close(cut(idx, pad=torch.zeros(2, dtype=torch.long))[0], want,
+                                   rtol=1e-4, atol=1e-4)
+        # before the window drops anything it is full attention; after, it is not
+        plain = full(idx)[0]
+        torch.testing.assert_close(want[:, :W], plain[:, :W], rtol=1e-5, atol=1e-5)
+        assert (want[:, W:] - plain[:, W:]).abs().amax(-1).min() > 1e-4
+        # through the ring cache of W slots, a prefill then a token a call, across the wrap
+        caches = cut.new_caches()
+        steps = [cut(idx[:, :3], caches=caches)[0]]
+        steps += [cut(idx[:, t:t + 1], caches=caches)[0] for t in range(3, 20)]
+        assert {c.slots for c in caches} == {W}
+        torch.testing.assert_close(torch.cat(steps, dim=1), want, rtol=1e-4, atol=1e-4)
+
+
+def test_eval_refuses_a_window_outside_the_context_in_one_line(tmp_path):
+    import subprocess
+    import sys
+    from model import GPT
+    model = GPT(tiny("mha"))
+    path = tmp_path / "ckpt.pt"
+    torch.save(dict(model=model.state_dict(), model_config=dict(vars(model.cfg)), step=0,
+                    train_config=dict(tokenizer="byte")), path)
+    for w in (0, 33):  # the context is 32
+        p = subprocess.run([sys.executable, "eval.py", str(path), "--recall", f"--window={w}"],
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
+        assert p.stderr.startswith(f"error: --window={w}: a window holds 1 to 32 tokens")

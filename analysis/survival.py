@@ -1,0 +1,146 @@
+"""
+--recall for E7's runs, which stop at the first eval that solves (train.py --stop_acc): the time to
+solve by design and cache, censored at the cap (Kaplan-Meier; log-rank and Fisher against MHA,
+Holm), the frontier of caches seen to solve and to fail, and accuracy by the distance from key to
+query. survival_mode returns what plot.write prints and saves, as analysis/recall.py's modes do.
+"""
+import re
+
+import matplotlib.pyplot as plt
+
+from common import DESIGNS
+from analysis.logs import cache
+from analysis.stats import fisher_exact, fmt, holm, kaplan_meier, km_at, logrank, median_time, render
+
+
+def label(attn, window):
+    return DESIGNS[attn].label + (f", window {window}" if window else "")
+
+
+def time_to_solve(r):
+    """(step, solved): the step a run stopped at, solved; or its cap, censored."""
+    return r["score"]["step"], bool(r["score"].get("stopped"))
+
+
+def whole_set_solved(r):
+    # the stop read a quarter of the test set: whether every test example agrees, at each count
+    sc = r["score"]
+    keys = [k for k in sc if re.fullmatch(r"test_acc_p\d+", k)] or ["test_acc"]
+    return all(sc.get(k.replace("acc", "acc_win"), sc[k]) >= r["config"]["stop_acc"] for k in keys)
+
+
+def survival_rows(runs):
+    """One row per arm (design, window, cache bytes per token, d_model): its runs' times, the
+    median with its interval, the share solved at the cap; each arm against MHA's (full
+    attention, the same width and cache) by log-rank and by Fisher, each test a Holm family."""
+    groups = {}
+    for r in runs:
+        c = r["config"]
+        key = (r["attn"], c.get("window") or 0, cache(r["header"])["kv"], c["n_embd"])
+        groups.setdefault(key, []).append(r)
+    rows = []
+    for (attn, window, kv, width), g in groups.items():
+        times, solved = zip(*map(time_to_solve, g))
+        med, lo, hi = median_time(times, solved)
+        rows.append({"attn": attn, "window": window, "kv": kv, "width": width, "runs": g, "n": len(g),
+                     "times": times, "solved": solved, "k": sum(solved), "cap": max(r["config"]["max_iters"] for r in g),
+                     "whole": sum(s and whole_set_solved(r) for r, s in zip(g, solved)),
+                     "label": label(attn, window), "median": med, "lo": lo, "hi": hi})
+    rows.sort(key=lambda r: (r["width"], r["window"] > 0, list(DESIGNS).index(r["attn"]), -(r["kv"] or 0)))
+    for width in {r["width"] for r in rows}:
+        base = max((r for r in rows if (r["attn"], r["window"], r["width"]) == ("mha", 0, width)),
+                   key=lambda r: r["n"], default=None)
+        tested = [r for r in rows if base and r is not base and r["width"] == width]
+        for r in tested:
+            o_e, _, p = logrank(r["times"], r["solved"], base["times"], base["solved"])
+            r.update(base=base, o_e=o_e, p_lr=p, p_f=fisher_exact(r["k"], r["n"], base["k"], base["n"]))
+        for key in ("p_lr", "p_f"):
+            for r, p in zip(tested, holm([r[key] for r in tested])):
+                r[key + "_holm"] = p
+    return rows
+
+
+def pooled_distance(runs, counts=True):
+    """{pairs: {bin: [hits, answers]}} summed over the solved runs' score lines (test_dist_pN);
+    counts False: {bin: [hits, answers]}, every count pooled too."""
+    out = {}
+    for r in (r for r in runs if time_to_solve(r)[1]):
+        for k, cells in r["score"].items():
+            if k.startswith("test_dist_p"):
+                mine = out.setdefault(int(k[len("test_dist_p"):]) if counts else 0, {})
+                for b, (h, n) in cells.items():
+                    mine[int(b)] = [a + x for a, x in zip(mine.get(int(b), [0, 0]), (h, n))]
+    return out if counts else out.get(0, {})
+
+
+def draw_survival(rows):
+    """The fraction of runs solved against steps (1 - Kaplan-Meier), and the solved runs' test
+    accuracy by the distance from key to query, every count pooled."""
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(13, 5.5), layout="constrained")
+    for r in rows:
+        d, km = DESIGNS[r["attn"]], kaplan_meier(r["times"], r["solved"])
+        steps = [0] + [t for t, *_ in km] + [r["cap"]]
+        a1.step(steps, [1 - km_at(km, t) for t in steps], where="post", color=d.colour,
+                linestyle="--" if r["window"] else d.line, label=f"{r['label']}, {r['kv']} B/token")
+        cells = pooled_distance(r["runs"], counts=False)
+        if cells:
+            bins = sorted(cells)
+            a2.plot(bins, [cells[b][0] / cells[b][1] for b in bins], marker="o", color=d.colour,
+                    linestyle="--" if r["window"] else d.line)
+    a1.set_xlabel("training step")
+    a1.set_ylabel("fraction of runs solved (1 - Kaplan-Meier)")
+    a2.set_xscale("log", base=2)
+    a2.set_xlabel("distance from key to query (bins from 2^k)")
+    a2.set_ylabel("test accuracy of the solved runs, every count")
+    for ax in (a1, a2):
+        ax.set_ylim(-0.05, 1.05)
+        ax.grid(alpha=0.3)
+    fig.legend(loc="outside right upper", fontsize=8)
+    fig.suptitle("How long each design takes to learn the lookup, and what it then recalls by distance")
+    return fig
+
+
+def survival_tables(rows):
+    step = lambda t: "not reached" if t is None else str(t)  # noqa: E731
+    head = ["d_model", "design", "KV B/token", "runs", "solved by the cap", "median step", "95% interval",
+            "O - E", "log-rank p", "Holm", "Fisher p", "Holm", "whole test set"]
+    body = [[str(r["width"]), r["label"], fmt(r["kv"], ".0f"), str(r["n"]), f"{r['k']}/{r['n']}", step(r["median"]),
+             f"{step(r['lo'])} to {step(r['hi'])}", fmt(r.get("o_e"), "+.1f"), fmt(r.get("p_lr"), ".2g"),
+             fmt(r.get("p_lr_holm"), ".2g"), fmt(r.get("p_f"), ".2g"), fmt(r.get("p_f_holm"), ".2g"),
+             f"{r['whole']}/{r['k']}"]
+            for r in rows]
+    out = render(head, body)
+    frontier = []
+    for attn in dict.fromkeys(r["attn"] if not r["window"] else "window" for r in rows):
+        mine = [r for r in rows if (r["attn"] if not r["window"] else "window") == attn]
+        held = [r["kv"] for r in mine if r["k"]]
+        lost = [r["kv"] for r in mine if not r["k"]]
+        frontier.append([DESIGNS[attn].label if attn != "window" else "Standard MHA, windows",
+                         fmt(min(held, default=None), ".0f"), fmt(max(lost, default=None), ".0f")])
+    out += "\n\nThe frontier: the smallest cache (KV bytes per token) seen to solve every count, and the largest " \
+        "seen to fail on every seed ('-': none):\n\n" + render(["design", "smallest solved", "largest never"], frontier)
+    dist = []
+    for r in rows:
+        for N, cells in sorted(pooled_distance(r["runs"]).items()):
+            dist.append([r["label"] + f", {r['kv']} B", str(N),
+                         *(f"{cells[b][0] / cells[b][1]:.3f}" if b in cells else "-" for b in (2, 4, 8, 16, 32, 64))])
+    out += "\n\nTest accuracy of the solved runs by the distance from key to query (every test example, " \
+        "pooled over seeds):\n\n" + render(["arm", "pairs", "2-3", "4-7", "8-15", "16-31", "32-63", "64-127"], dist)
+    return out
+
+
+def survival_mode(runs):
+    """E7's table and figure from the finished runs (a score line) of runs that stop when solved."""
+    rows = survival_rows(runs)
+    if not rows:
+        raise ValueError("no finished MQAR run (a score line with test_acc) to tabulate")
+    notes = ["solved: the run stopped at the first eval whose learning-curve test accuracy (a quarter of the "
+             "test set) reached its stop_acc at every pair count (a window: at the keys inside it); its step is "
+             "the time to solve; a run that did not is censored at its cap",
+             "median step: Kaplan-Meier's, with Brookmeyer and Crowley's 95% interval (the steps whose estimate "
+             "lies within 1.96 Greenwood standard errors of 1/2); not reached: the curve never got to 1/2",
+             "O - E: the arm's solved runs minus those expected were it MHA (negative: later); log-rank p, two-sided, "
+             "and Fisher p, two-sided, of the share solved by the cap, each against MHA at the same width, each "
+             "a Holm family over the arms it tests; whole test set: the solved runs whose score line, every "
+             "test example, is at its stop_acc or above at every count"]
+    return draw_survival(rows), survival_tables(rows), notes, ("figure_recall", "recall.md")
