@@ -212,7 +212,7 @@ class NanoKVForCausalLM(PreTrainedModel, GenerationMixin):
         if self.config.output_hidden_states if output_hidden_states is None else output_hidden_states:
             # the input of the first block and each block's output, as transformers' models give them
             hooks = [self.model.h[0].register_forward_pre_hook(lambda m, args: states.append(args[0]))]
-            hooks += [b.register_forward_hook(lambda m, args, y: states.append(y)) for b in self.model.h]
+            hooks += [b.register_forward_hook(lambda m, args, y: states.append(y[0])) for b in self.model.h]
         try:
             logits, _ = self.model(x, caches=caches, pad=pad, last=logits_to_keep == 1 and labels is None)
         finally:

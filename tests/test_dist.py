@@ -181,19 +181,21 @@ def test_fsdp_needs_ranks(tmp_path):
     one_line_error(refused(tmp_path, "--fsdp"), "torchrun")
 
 
-@pytest.mark.parametrize("flags", [["--attn=mha", "--k_eq_v=True", "--kv_share=2"], ["--attn=lrkv", "--kv_share=2"]])
-def test_kv_sharing_trains_the_same_on_one_process_ddp_and_fsdp(tmp_path, flags):
+@pytest.mark.parametrize("flags, ranks", [(["--attn=mha", "--k_eq_v=True", "--kv_share=2"], ("ddp",)),
+                                          (["--attn=lrkv", "--kv_share=2"], ("ddp", "fsdp"))])
+def test_kv_sharing_trains_the_same_on_one_process_ddp_and_fsdp(tmp_path, flags, ranks):
     # a K/V group's later layer reads its first layer's keys and values across blocks, each block an
-    # FSDP2 unit of its own: the gradient flows back into the first; K=V's one projection likewise
+    # FSDP2 unit of its own: the gradient flows back into the first (LRKV: its per-head B_h, which
+    # DistMuon shards); K=V's one projection under DDP
     args = [*flags, "--max_iters=6", "--eval_interval=3", "--batch_size=2", "--eval_tokens=160"]
     train(tmp_path, *args, "--run_name=one")
-    train(tmp_path, *args, "--run_name=ddp", launcher=TORCHRUN)
-    train(tmp_path, *args, "--run_name=fsdp", "--fsdp", launcher=TORCHRUN)
-    runs = {r: read_log(tmp_path / r / "log.jsonl") for r in ("one", "ddp", "fsdp")}
+    for r in ranks:
+        train(tmp_path, *args, f"--run_name={r}", *["--fsdp"] * (r == "fsdp"), launcher=TORCHRUN)
+    runs = {r: read_log(tmp_path / r / "log.jsonl") for r in ("one", *ranks)}
     header = runs["one"][0]
     assert header["config"]["kv_share"] == 2 and header["kv_params"] < header["params"]
     for key in ("train_loss", "test_loss"):
         one = curve(runs["one"][1], key)
         assert len(one) >= 2
-        for r in ("ddp", "fsdp"):
+        for r in ranks:
             assert all(abs(one[k] - curve(runs[r][1], key)[k]) < 5e-6 for k in one), (r, key)

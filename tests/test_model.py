@@ -320,10 +320,10 @@ def test_torch_compile_gives_eager_gradients_for_every_design(sharing):
     # every parameter's gradient, compiled as train.py compiles (inductor) against eager, with random
     # weights so that none is zero by init. torch 2.11's compile zeroed every gradient below the head
     # (a no-op .type_as at the end of RMSNorm's forward); a test of the loss going down did not see it.
-    # Shared K/V: a group's first layer gets its gradient from every layer that reads it
-    for attn in DESIGNS:
-        if sharing.get("k_eq_v") and attn in ("mla", "lrkv"):
-            continue
+    # Shared K/V: a group's first layer gets its gradient from every layer that reads it (K=V: MHA's
+    # class, whose GQA and MQA differ in a count; kv_share: the other two classes)
+    designs = list(DESIGNS) if not sharing else ["mha"] if sharing.get("k_eq_v") else ["mla", "lrkv"]
+    for attn in designs:
         kw = {**dict(n_layer=1, n_embd=32, block_size=16, mla_rope_dim=4, lrkv_rank=4), **sharing}
         model = randomized(tiny(attn, **kw)).train()
         idx = tokens(model.cfg)
