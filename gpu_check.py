@@ -44,7 +44,7 @@ import flops
 import gpu_deep
 from bench import build, decode_bench, design_cfgs
 from common import ArgumentParser, DESIGNS, autocast as amp, device_name, fail, native_bf16
-from gpu_phases import Phase, Stopped, run_part, run_plan
+from gpu_phases import Cut, Phase, Stopped, catch_cuts, run_part, run_plan
 from model import preset
 from muon import newton_schulz_dtype, optimizers
 
@@ -396,15 +396,19 @@ def main(argv=None):
         sys.exit(0)
 
     t_start = time.time()
-    say(f"# gpu_check.py{' --deep' * args.deep}{' --dry' * dry}: {name} preset, batch {batch} x "
-        f"{preset(name, **shape).block_size}, "
-        f"{'dry run: nothing here is a measurement' if dry else 'bf16 autocast, torch.compile'}")
-    say(f"\n{versions()}\n")
-    flags = ["--dry"] * dry + ["--deep"] * args.deep + [f"--out={args.out}", f"--budget={args.budget}"]
-    run_plan(plan(), PHASE_CMD + flags + [f"--backend={args.backend}"] * bool(args.backend), args.budget, t_start,
-             say, jsonl)
+    catch_cuts()  # SIGTERM, ^C: the phase running and all it started stopped, then the check ends
+    try:
+        say(f"# gpu_check.py{' --deep' * args.deep}{' --dry' * dry}: {name} preset, batch {batch} x "
+            f"{preset(name, **shape).block_size}, "
+            f"{'dry run: nothing here is a measurement' if dry else 'bf16 autocast, torch.compile'}")
+        say(f"\n{versions()}\n")
+        flags = ["--dry"] * dry + ["--deep"] * args.deep + [f"--out={args.out}", f"--budget={args.budget}"]
+        run_plan(plan(), PHASE_CMD + flags + [f"--backend={args.backend}"] * bool(args.backend), args.budget,
+                 t_start, say, jsonl)
+    except Cut as c:
+        say(f"\n(cut by {c} after {time.time() - t_start:.0f} s: what it finished is above; it left no process)")
+        sys.exit(128 + c.signum)
     say(f"\n({time.time() - t_start:.0f} s; written to {os.path.join(args.out, 'results.md')})")
-
 
 if __name__ == "__main__":
     main()

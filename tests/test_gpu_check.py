@@ -2,6 +2,7 @@
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -220,6 +221,67 @@ def test_a_printed_result_counts_while_its_process_shuts_down(tmp_path):
     lines, records = fake_plan(tmp_path, [("shutting_down", 1, ()), ("quick", 476, ())])
     assert records[0]["outcome"] == "done" and records[0]["seconds"] < 3 and len(records) == 2
     assert "shutting_down: {'compile_s': 1.5}" in lines
+
+
+def test_a_failed_phase_costs_no_extra_wait(tmp_path):
+    # its output's end was read, then waited for again: 5 s more for each failed phase
+    lines, records = fake_plan(tmp_path, [("quick", 1, ()), ("fails", 1, ()), ("quick 2", 476, ())])
+    assert [r["outcome"] for r in records] == ["done", "failed", "done"]
+    assert "fails: fails: failed: RuntimeError: it broke" in lines
+    assert records[1]["seconds"] < records[0]["seconds"] + 2 < 4.5  # a process start, not 5 s more
+
+
+def groups():
+    # {pid: (state, process group, parent)} of every process, from /proc
+    out = {}
+    for d in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            state, parent, group = open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()[:3]
+            out[int(d)] = state, int(group), int(parent)
+        except (OSError, ValueError):
+            pass
+    return out
+
+
+def test_a_cut_check_leaves_no_process(tmp_path):
+    # the check had no SIGTERM handler: cut by a caller's time limit, it left its phase (a session
+    # of its own) and torchrun's ranks (sessions of their own too) holding the GPU. Cut here once
+    # the runs phase has a child of its own (prepare.py or a run), then once torchrun has a rank
+    for n, (what, started) in enumerate([
+            ("a child", lambda tree, ps: any(ps[p][2] in tree[1:] for p in tree)),
+            ("a torchrun rank", lambda tree, ps: any("torch.distributed.run" in cmdline(ps[p][2])
+                                                     for p in tree))]):
+        out = tmp_path / str(n)
+        p = subprocess.Popen([sys.executable, "gpu_check.py", "--dry", "--only=runs", f"--out={out}"], cwd=ROOT,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+                             env={**os.environ, "OMP_NUM_THREADS": "1"})
+        seen, end = {p.pid}, time.time() + 200
+        while time.time() < end:  # every group under the check, until the phase has what it waits for
+            ps = groups()
+            tree = [p.pid]
+            for pid in tree:
+                tree += [c for c, (state, _, parent) in ps.items() if parent == pid and state != "Z"]
+            seen |= {ps[pid][1] for pid in tree if pid in ps}
+            if started(tree, ps):
+                break
+            time.sleep(0.05)
+        assert time.time() < end, f"{what}: never started"
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=10) == 128 + signal.SIGTERM, p.stderr.read()[-2000:]
+        time.sleep(0.5)
+        left = [pid for pid, (state, group, _) in groups().items() if group in seen and state != "Z"]
+        assert not left, f"{what}: {[cmdline(pid) for pid in left]} outlived the check"
+        assert len(seen) >= 2 + n  # the check's group and its phase's; a torchrun rank's own
+        lines = (out / "results.md").read_text().splitlines()
+        assert lines[-1].startswith("(cut by SIGTERM after") and "| tiny runs | " in lines[-3]
+        assert lines[-3].split(" | ")[3] == "cut"  # the phase table, written before the end
+
+
+def cmdline(pid):
+    try:
+        return open(f"/proc/{pid}/cmdline").read().replace("\0", " ")
+    except OSError:
+        return ""
 
 
 def test_a_phase_writes_its_pieces_as_they_come(tmp_path, monkeypatch):
