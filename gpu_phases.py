@@ -101,8 +101,8 @@ def run_plan(plan, cmd, budget, start, say, record):
             limit = min(left, max(5.0, p.share * budget / 480, left - later))
             t0 = time.time()
             try:
-                r = phase(p.what, limit, cmd, p.f, *p.args, piece=p.piece, **p.kw) if left >= 5 else Stopped(
-                    f"{p.what}: skipped, the {budget:.0f} s budget is spent", "skipped")
+                r = Stopped(f"{p.what}: skipped, the {budget:.0f} s budget is spent", "skipped") \
+                    if left < 5 else phase(p.what, limit, cmd, p.f, *p.args, piece=p.piece, **p.kw)
             except Cut as c:  # the phase and all it started are gone: its line, then the table
                 r, cut = Stopped(f"{p.what}: cut by {c} after {time.time() - t0:.0f} s", "cut"), c
             p.write(r)
@@ -193,7 +193,9 @@ def gone(proc, before):
         for p in left:
             with contextlib.suppress(OSError):
                 group = os.getpgid(p)
-                os.killpg(group, signal.SIGKILL) if group != os.getpgrp() else os.kill(p, signal.SIGKILL)
+                if group != os.getpgrp():
+                    os.killpg(group, signal.SIGKILL)
+                os.kill(p, signal.SIGKILL)
         proc.wait()
         for p, (state, parent) in ps.items():
             if parent == me and state == "Z" and p not in before and p != proc.pid:
