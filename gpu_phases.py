@@ -183,27 +183,31 @@ def phase(what, limit, cmd, f, *a, piece=None, **kw):
 def gone(proc, before):
     # SIGKILL the phase's group and every process under this one that was not there before it
     # (torchrun's ranks and compile workers, in groups of their own; orphans, adopted by
-    # catch_cuts), until none is left; then reap the adopted
-    me = os.getpid()
-    for _ in range(50):
-        ps = processes()
-        left = [p for p in descendants(me, ps) if p not in before]
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        for p in left:
-            with contextlib.suppress(OSError):
-                group = os.getpgid(p)
-                if group != os.getpgrp():
-                    os.killpg(group, signal.SIGKILL)
-                os.kill(p, signal.SIGKILL)
-        proc.wait()
-        for p, (state, parent) in ps.items():
-            if parent == me and state == "Z" and p not in before and p != proc.pid:
-                with contextlib.suppress(ChildProcessError):
-                    os.waitpid(p, os.WNOHANG)
-        if not left:
-            return
-        time.sleep(0.1)
+    # catch_cuts), until none is left; then reap the adopted. A cut meanwhile waits for the end
+    me, cuts = os.getpid(), {signal.SIGTERM, signal.SIGINT}
+    signal.pthread_sigmask(signal.SIG_BLOCK, cuts)
+    try:
+        for _ in range(50):
+            ps = processes()
+            left = [p for p in descendants(me, ps) if p not in before]
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            for p in left:
+                with contextlib.suppress(OSError):
+                    group = os.getpgid(p)
+                    if group != os.getpgrp():
+                        os.killpg(group, signal.SIGKILL)
+                    os.kill(p, signal.SIGKILL)
+            proc.wait()
+            for p, (state, parent) in ps.items():
+                if parent == me and state == "Z" and p not in before and p != proc.pid:
+                    with contextlib.suppress(ChildProcessError):
+                        os.waitpid(p, os.WNOHANG)
+            if not left:
+                break
+            time.sleep(0.1)
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, cuts)
 
 
 def processes():
