@@ -9,9 +9,12 @@ One command that checks nanoKV on a GPU and writes a Markdown table for docs/.
 It writes out/gpu_check/results.md line by line as it measures (each design's row, and each
 phase's record, to results.jsonl too), so a check cut off part-way keeps what it had. Each phase
 runs in a process of its own (this script with --part) under a time limit within --budget
-(gpu_phases.py: the budget flows, a phase stopped at its limit runs again at the end, a result
-printed counts); one that runs out, or fails, is killed with anything it started and said so in
-one line. The last table gives each phase's limit, seconds, outcome and compile time. The parts:
+(gpu_phases.py: the budget flows, a phase stopped at its limit runs again at the end, measuring
+only the designs it missed, a result printed counts); one that runs out, or fails, is killed with
+anything it started and said so in one line. SIGTERM or ^C ends the check the same way: no
+process of it is left, and what it finished is on disk. The last table gives each phase's limit,
+seconds, outcome and compile time. Each table's header says how many of its preset's layers it
+measured. The parts:
 - the GPU, torch, CUDA and cuDNN versions and SDPA's kernel order;
 - designs: per design, training tokens/s and MFU (compiled, Muon + AdamW as train.py; MFU by
   flops.py's convention, no causal discount, and with causal attention), the optimiser's share of a
