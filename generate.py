@@ -34,9 +34,10 @@ def left_pads(attention_mask):
 def kept_caches(model, batch, length):
     """Caches for generate(), one set kept for each batch size, kind of activation and
     power-of-two bucket of lengths (at least 64, at most the context): a call that returns to a
-    bucket writes the same buffers at the same addresses, so the CUDA graph recorded for it
-    replays, and a compiled step sees a few shapes. What an earlier call left in them is never
-    read: every slot a token may attend to is written first."""
+    bucket writes the same buffers at the same addresses, and its compiled step (static shapes,
+    decoder) runs the graph compiled for that bucket, so the CUDA graph recorded for it replays.
+    What an earlier call left in them is never read: every slot a token may attend to is
+    written first."""
     device = model.lm_head.weight.device
     amp = torch.is_autocast_enabled(device.type)
     act = torch.get_autocast_dtype(device.type) if amp else model.lm_head.weight.dtype
@@ -128,7 +129,11 @@ def decoder(model, compile):
         return model
     key = f"_decoder_{compile}"
     if key not in model.__dict__:  # kept off nn.Module's books: it wraps model
-        compiled = torch.compile(model, fullgraph=True, mode=None if compile is True else compile)
+        # static shapes, a graph per bucket of kept caches: a second bucket made the step dynamic,
+        # dynamo then served the return to the first from that dynamic graph, and cudagraph trees,
+        # which key a dynamic graph on its sizes, recorded it again
+        compiled = torch.compile(model, fullgraph=True, dynamic=False,
+                                 mode=None if compile is True else compile)
 
         def step(*args, **kwargs):
             # every GPT's compiled steps are cache entries of one function, GPT.forward: past

@@ -9,9 +9,12 @@ One command that checks nanoKV on a GPU and writes a Markdown table for docs/.
 It writes out/gpu_check/results.md line by line as it measures (each design's row, and each
 phase's record, to results.jsonl too), so a check cut off part-way keeps what it had. Each phase
 runs in a process of its own (this script with --part) under a time limit within --budget
-(gpu_phases.py: the budget flows, a phase stopped at its limit runs again at the end, a result
-printed counts); one that runs out, or fails, is killed with anything it started and said so in
-one line. The last table gives each phase's limit, seconds, outcome and compile time. The parts:
+(gpu_phases.py: the budget flows, a phase stopped at its limit runs again at the end, measuring
+only the designs it missed, a result printed counts); one that runs out, or fails, is killed with
+anything it started and said so in one line. SIGTERM or ^C ends the check the same way: no
+process of it is left, and what it finished is on disk. The last table gives each phase's limit,
+seconds, outcome and compile time. Each table's header says how many of its preset's layers it
+measured. The parts:
 - the GPU, torch, CUDA and cuDNN versions and SDPA's kernel order;
 - designs: per design, training tokens/s and MFU (compiled, Muon + AdamW as train.py; MFU by
   flops.py's convention, no causal discount, and with causal attention), the optimiser's share of a
@@ -31,6 +34,7 @@ one line. The last table gives each phase's limit, seconds, outcome and compile 
 --deep's parts are gpu_deep.py's.
 """
 import argparse
+import contextlib
 import functools
 import json
 import os
@@ -44,7 +48,7 @@ import flops
 import gpu_deep
 from bench import build, decode_bench, design_cfgs
 from common import ArgumentParser, DESIGNS, autocast as amp, device_name, fail, native_bf16
-from gpu_phases import Phase, Stopped, run_part, run_plan
+from gpu_phases import Cut, Phase, Stopped, catch_cuts, run_part, run_plan
 from model import preset
 from muon import newton_schulz_dtype, optimizers
 
@@ -243,18 +247,22 @@ def cache_measures(model, x):
 
 def versions():
     # what ran: the GPU, torch, CUDA and cuDNN, and the order SDPA tries its kernels in, read after
-    # a first SDPA call (torch 2.11's CUDA 13 build puts cuDNN first lazily, on that call)
+    # a first SDPA call (torch 2.11's CUDA 13 build puts cuDNN first lazily, on that call). A call
+    # that raises (cuDNN first, and broken) costs the order, "n/a", not the check: no phase has run
     from torch.nn.attention import SDPBackend
     q = torch.zeros(1, 2, 16, 64, device=device, dtype=torch.float32 if dry else torch.bfloat16)
-    torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
-    order = getattr(torch._C, "_get_sdp_priority_order", lambda: [])()
+    try:
+        torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+        order = getattr(torch._C, "_get_sdp_priority_order", lambda: [])()
+        why = ""
+    except Exception as e:
+        said = (str(e).splitlines() or [""])[0][:80]
+        order, why = [], f" (its first call: {type(e).__name__}: {said})"
     known = {b.value: n.lower() for n, b in SDPBackend.__members__.items()}
     names = [known.get(i, str(i)) for i in order]
     cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
     return (f"{hardware}; torch {torch.__version__}, CUDA {torch.version.cuda}, cuDNN {cudnn}; "
-            f"SDPA priority {' > '.join(names) or 'n/a'}; {time.strftime('%Y-%m-%d %H:%M')}")
-
-
+            f"SDPA priority {' > '.join(names) or 'n/a'}{why}; {time.strftime('%Y-%m-%d %H:%M')}")
 
 
 def decode_cfg():
@@ -262,23 +270,30 @@ def decode_cfg():
     return preset(name, **{**shape, "block_size": context, **({"n_layer": n} if n else {})})
 
 
-def decode(mode, B):
+def decode(mode, B, skip=()):
     # every design at the context in one mode and batch, a design at a time, each cell yielded as it
     # is done: tok/s, and the GB/s of what a step must read (every sequence's cache and the
-    # weights, flops.decode_bytes) with its share of the peak. -> the seconds of the first steps,
-    # where the compiled modes compile
+    # weights, flops.decode_bytes) with its share of the peak; as a CUDA graph, the graphs
+    # recorded/replayed/skipped too. skip: the designs a first try finished (a retry measures the
+    # rest). -> the seconds of the first steps, where the compiled modes compile
     first = 0.0
     for a in design_cfgs(decode_cfg()):
+        if a in skip:
+            continue
         try:
-            r = decode_bench(decode_cfg(), (context,), steps=5 if dry else 20, device=device, modes=(mode,),
-                             dtype=torch.float32 if dry else torch.bfloat16, batch=B, warmup=2, designs=(a,))
+            counting = gpu_deep.graph_counts() if mode == "graphs" else contextlib.nullcontext()
+            with counting as graphs:
+                r = decode_bench(decode_cfg(), (context,), steps=5 if dry else 20, device=device,
+                                 modes=(mode,), dtype=torch.float32 if dry else torch.bfloat16,
+                                 batch=B, warmup=2, designs=(a,))
         except Exception as e:  # an OOM, a compile error: its cell says so, the next design runs
             yield {a: f"failed: {type(e).__name__}: {(str(e).splitlines() or [''])[0][:60]}".replace("|", "/")}
             continue
         r = r[a, context, mode]
         first += r["first_s"]
         share = f", {r['gbs'] * 1e9 / peak_bw:.0%}" if peak_bw else ""
-        yield {a: f"{r['tok_s']:,.0f} ({r['gbs']:,.1f}{share})"}
+        counts = "" if graphs is None else "; {recorded}/{replayed}/{skipped}".format_map(graphs)
+        yield {a: f"{r['tok_s']:,.0f} ({r['gbs']:,.1f}{share}){counts}"}
     return dict(compile_s=None if mode == "eager" else first)
 
 
@@ -301,9 +316,18 @@ fmt = lambda v, f: "n/a" if v is None else format(v, f)  # noqa: E731
 # the plan: the parts asked for, each a phase or a few, with their tables
 
 
+def depth(part, size=None):
+    # "4 of 128m's 12 layers": what a table's rows measured, out of its preset's whole model (its
+    # tokens/s, MFU and memory are those layers', not the whole model's)
+    size = size[0] if size and not dry else name
+    whole = preset(size, **shape).n_layer
+    return f"{layers.get(part, whole)} of {size}'s {whole} layers"
+
+
 def design_phases(intro, variants, size=None):
-    head = (f"{intro}\n| design | train tok/s | MFU | MFU (causal) | optimiser % | peak GiB (estimate) | SDPA train "
-            "| SDPA decode | eager - compiled loss | grad, worst parameter (relative) | cache after prefill "
+    head = (f"{intro}\n| design, {depth('big' if size else 'designs', size)} | train tok/s | MFU "
+            "| MFU (causal) | optimiser % | peak GiB (estimate) | SDPA train | SDPA decode "
+            "| eager - compiled loss | grad, worst parameter (relative) | cache after prefill "
             "| cache B/token (formula) | compile s |\n|" + "---|" * 13)
 
     def write(label, r):
@@ -322,17 +346,21 @@ def design_phases(intro, variants, size=None):
 def decode_phases():
     columns = list(design_cfgs(decode_cfg()))  # decode()'s, in its order
     head = (f"\ndecode tokens/s (GB/s of the cache and weights a step reads, flops.decode_bytes, and its share of "
-            f"the peak bandwidth), {decode_cfg().n_layer} layers (bench.decode_bench: each step over exactly that "
-            f"context)\n\n| mode @context x batch | {' | '.join(columns)} |\n|" + "---|" * (1 + len(columns)))
+            "the peak bandwidth; as a CUDA graph, then the graphs recorded/replayed/skipped), "
+            f"{depth('decode')} "
+            f"(bench.decode_bench: each step over exactly that context)\n\n"
+            f"| mode @context x batch | {' | '.join(columns)} |\n|" + "---|" * (1 + len(columns)))
     out = []
     # batch 1 eager and as a CUDA graph; then compiled where the cache dominates
     for mode, B, share in [("eager", batches[0], 20), ("graphs", batches[0], 40), ("compiled", batches[1], 40)]:
-        what, cells = f"{mode} @{context} x{B}", {}  # cells: kept from a first try that was stopped
+        # cells: kept from a first try that was stopped
+        what, cells, kw = f"{mode} @{context} x{B}", {}, {}
 
-        def write(r, what=what, cells=cells):
+        def write(r, what=what, cells=cells, kw=kw):
             row = " | ".join(cells.get(a, "-") for a in columns)
             say(f"| {what} | {row} |" + (f" {r}" if isinstance(r, Stopped) else ""))
-        out.append(Phase(f"decode {what}", share, decode, (mode, B), write, head, cells.update))
+            kw["skip"] = list(cells)  # its retry measures the designs missing; its row shows all
+        out.append(Phase(f"decode {what}", share, decode, (mode, B), write, head, cells.update, kw))
     return out
 
 
@@ -365,7 +393,7 @@ def plan():
         p += design_phases("\nMLA at DeepSeek's widths and the factored LRKV:\n",
                            [("mla-ds", "mla", dict(mla_deepseek=True)), ("lrkv-f", "lrkv", dict(lrkv_factored=True))])
     if "512m-8k" in only:
-        p += design_phases(f"\nthe figure's shape, 512m-8k, batch 1 x 8192{', 2 of its 24 layers' if not dry else ''}"
+        p += design_phases("\nthe figure's shape, 512m-8k, batch 1 x 8192"
                            f"{' (dry: the tiny shape)' if dry else ''}:\n",
                            [(f"{a} 512m-8k", a, {}) for a in ("mha", "lrkv")], size=("512m-8k", 1))
     if "memory" in only:  # asked for: its five phases do not fit the default budget
@@ -396,15 +424,21 @@ def main(argv=None):
         sys.exit(0)
 
     t_start = time.time()
-    say(f"# gpu_check.py{' --deep' * args.deep}{' --dry' * dry}: {name} preset, batch {batch} x "
-        f"{preset(name, **shape).block_size}, "
-        f"{'dry run: nothing here is a measurement' if dry else 'bf16 autocast, torch.compile'}")
-    say(f"\n{versions()}\n")
-    flags = ["--dry"] * dry + ["--deep"] * args.deep + [f"--out={args.out}", f"--budget={args.budget}"]
-    run_plan(plan(), PHASE_CMD + flags + [f"--backend={args.backend}"] * bool(args.backend), args.budget, t_start,
-             say, jsonl)
+    catch_cuts()  # SIGTERM, ^C: the phase running and all it started stopped, then the check ends
+    try:
+        what = "dry run: nothing here is a measurement" if dry else "bf16 autocast, torch.compile"
+        say(f"# gpu_check.py{' --deep' * args.deep}{' --dry' * dry}: {name} preset, batch {batch} x "
+            f"{preset(name, **shape).block_size}, {what}")
+        say(f"\n{versions()}\n")
+        flags = ["--dry"] * dry + ["--deep"] * args.deep
+        flags += [f"--out={args.out}", f"--budget={args.budget}"]
+        flags += [f"--backend={args.backend}"] * bool(args.backend)
+        run_plan(plan(), PHASE_CMD + flags, args.budget, t_start, say, jsonl)
+    except Cut as c:
+        say(f"\n(cut by {c} after {time.time() - t_start:.0f} s: what it finished is above; "
+            "it left no process)")
+        sys.exit(128 + c.signum)
     say(f"\n({time.time() - t_start:.0f} s; written to {os.path.join(args.out, 'results.md')})")
-
 
 if __name__ == "__main__":
     main()

@@ -186,8 +186,8 @@ def graph_decode(device, name, shape, news, **_):
     """generate()'s CUDA-graph decode ("reduce-overhead") of a 2-layer LRKV, greedy, once for each
     count of new tokens in news: the tokens against the compiled step without a graph (the same
     kernels: they must be equal) and eager; the graphs each call recorded, replayed and skipped. A
-    call in a bucket of kept caches that an earlier call made must record none. -> a line, and the
-    seconds of the compiled calls"""
+    call in a new bucket of kept caches must record one graph, a call in a bucket an earlier call
+    made none. -> a line, and the seconds of the compiled calls"""
     cfg = preset(name, **{**shape, "attn": "lrkv", "n_layer": 2})
     model = build(cfg, device)
     idx = torch.randint(0, cfg.vocab_size, (2, 16), device=model.lm_head.weight.device)
@@ -205,7 +205,8 @@ def graph_decode(device, name, shape, news, **_):
     same = all(torch.equal(out[:, :16 + min(n, news[0])], compiled[:, :16 + min(n, news[0])])
                for (out, _, _), n in zip(calls, news))
     agree = (calls[0][0] == eager)[:, 16:].float().mean().item()
-    graphs = all(c["skipped"] == 0 and (c["recorded"] == 0 if again else c["recorded"] >= 1) and c["replayed"]
+    # one recording per bucket: a step compiled dynamic recorded the first bucket again on its return
+    graphs = all(c["skipped"] == 0 and c["recorded"] == (0 if again else 1) and c["replayed"]
                  for _, c, again in calls)
     counts = ", ".join(f"{c['recorded']}/{c['replayed']}/{c['skipped']} "
                        f"({'its bucket again' if again else 'new bucket'})" for _, c, again in calls)
@@ -271,9 +272,11 @@ ITEMSIZE = {"float": 4, "c10::BFloat16": 2, "c10::Half": 2, "double": 8, "long i
 
 @torch.no_grad()
 def copies(device, name, shape, context, layers, dtype, **_):
-    """The bytes aten::copy_ writes (and _foreach_copy_, what cudagraph trees copy a graph's inputs
-    with) in one decode step at the context, per design class and mode, against one layer's cache:
-    a step that copies as much has copied a cache whole. A table, a row as each design is done."""
+    """The bytes one decode step at the context copies, per design class and mode, against one
+    layer's cache: what aten::copy_ writes (and _foreach_copy_, what cudagraph trees copy a
+    graph's inputs with), and in the compiled modes what inductor's own kernels copy from a
+    cache (kernel_copies), which no profiler op shows. A step whose aten copies reach one layer's
+    cache has copied a cache whole; a kernel that copies one has too. A table, a row a design."""
     dtype, cuda = getattr(torch, dtype), device == "cuda"
     modes = ("eager", "compiled") + ("graphs",) * cuda
     yield "| design | " + " | ".join(f"{m} B" for m in modes) + " | one layer's cache B | one token's B |"
@@ -291,12 +294,56 @@ def copies(device, name, shape, context, layers, dtype, **_):
         cells = []
         for mode in modes:
             step = decoder(model, DECODERS[mode])
-            for _ in range(3):  # compile; cudagraph trees' warm-up, then its recording
-                step(idx[:, -1:], caches=caches, pos=torch.tensor([N - 1], device=device))
-            n = written(lambda: step(idx[:, -1:], caches=caches, pos=torch.tensor([N - 1], device=device)), cuda)
-            cells.append(f"{n:,}" + (" FAILED" if n >= layer else ""))
+
+            def call():
+                return step(idx[:, -1:], caches=caches, pos=torch.tensor([N - 1], device=device))
+            with kernel_copies([b for c in caches for b in c.buf.values()]) as kernels:
+                for _ in range(3):  # compile; cudagraph trees' warm-up, then its recording
+                    call()
+            n = written(call, cuda)
+            if mode == "eager":
+                cells.append(f"{n:,}" + (" FAILED" if n >= layer else ""))
+                continue
+            k = f"{max(kernels):,}" if kernels else "n/a (no inductor compile)"
+            bad = n >= layer or kernels and max(kernels) > 0
+            cells.append(f"{n:,}, kernels {k}" + (" FAILED" if bad else ""))
         token = flops.kv_cache_bytes_per_token(cfg, dtype.itemsize)
         yield f"| {a} | " + " | ".join(cells) + f" | {layer:,} | {token:,} |"
+
+
+@contextlib.contextmanager
+def kernel_copies(bufs):
+    """-> a list, per graph inductor compiles in the block, of the bytes its kernels write as
+    copies of a cache: a kernel that reads an input of a cache buffer's shape and writes, into
+    one buffer, at least as many bytes as the largest cache buffer holds (a cast, a permuted
+    .contiguous(), the copy back of a cache that was not updated in place). A decode step's
+    other writes are far smaller: one token's slots, a row of scores, the logits. Read from
+    inductor's scheduler, which sizes each kernel's writes from its loop ranges, and an extern
+    kernel's from its whole output (an extern kernel writing into a cache counts as a copy: a
+    false alarm, never a miss). A copy of a buffer smaller than the largest (LRKV's per-head
+    parts) is not seen. Compiled afresh: a graph from inductor's caches runs no scheduler."""
+    from torch._inductor import config, scheduler
+    from torch._inductor.virtualized import V
+    shapes, big = {tuple(b.shape) for b in bufs}, max(b.nbytes for b in bufs)
+    out, codegen = [], scheduler.Scheduler.codegen
+
+    def counted(self):
+        inputs, n = V.graph.graph_inputs, 0
+        for node in self.nodes:
+            for sub in node.get_nodes():  # a fused kernel's parts: their loop ranges are exact
+                size = lambda name: tuple(int(d) for d in inputs[name].get_size())  # noqa: E731
+                if any(r.name in inputs and size(r.name) in shapes for r in sub.read_writes.reads):
+                    wrote = sub.get_read_write_buffer_accesses(False, True).values()
+                    n += sum(b for b in wrote if b >= big)
+        out.append(n)
+        return codegen(self)
+    scheduler.Scheduler.codegen = counted
+    try:
+        with config.patch(fx_graph_cache=False), \
+                torch._functorch.config.patch(enable_autograd_cache=False):
+            yield out
+    finally:
+        scheduler.Scheduler.codegen = codegen
 
 
 def written(f, cuda):
@@ -329,7 +376,8 @@ PHASES = [
     ("graphs", "kept caches", 60, kept_caches, (), "\nCUDA graphs when generate() returns to a bucket of kept caches:"),
     ("sdpa", "SDPA backends", 40, sdpa_backends, (), "\nSDPA kernels that take each design's training call "
      "(batch 1, one layer), forced one at a time, forward and backward, {dtype}:\n"),
-    ("copies", "copies", 90, copies, (), "\nbytes that aten::copy_ (and cudagraph trees' _foreach_copy_) write in "
-     "one decode step at {context}, batch 1, {layers} layers: a step that copies one layer's cache has copied "
-     "it whole\n"),
+    ("copies", "copies", 90, copies, (), "\nbytes that aten::copy_ (and cudagraph trees' "
+     "_foreach_copy_) write in one decode step at {context}, batch 1, {layers} layers, and "
+     "compiled, the bytes inductor's kernels copy from a cache: a step whose copies reach one "
+     "layer's cache has copied it whole, a kernel that copies any has\n"),
 ]

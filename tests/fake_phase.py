@@ -6,6 +6,7 @@ tests/test_gpu_check.py can time gpu_phases.run_plan in seconds.
                     again (the marker file args[0] says it ran: a warm cache)
     pieces          a piece at once, then as cold
     compiling       as cold, with a compiler that writes the file args[1] 7 s after the start
+    fails           an error on stderr, then exit status 1, printing nothing
 """
 import json
 import os
@@ -14,6 +15,8 @@ import sys
 import time
 
 fname, args, kw = json.loads(sys.argv[sys.argv.index("--part") + 1])
+if fname == "fails":
+    sys.exit("RuntimeError: it broke")
 if fname == "pieces":
     print("PARTIAL " + json.dumps("the first piece"), flush=True)
 if fname == "compiling" and not os.path.exists(args[0]):

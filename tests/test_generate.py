@@ -383,8 +383,8 @@ def eager_backends(monkeypatch):
     # torch.compile with a fresh eager backend per call, as each compile mode is its own backend:
     # dynamo's caching and its limits as with inductor, without inductor's compile time
     real = torch.compile
-    monkeypatch.setattr(torch, "compile", lambda m, fullgraph=False, mode=None: real(
-        m, fullgraph=fullgraph, backend=lambda gm, example_inputs: gm.forward))
+    monkeypatch.setattr(torch, "compile", lambda m, fullgraph=False, mode=None, **kw: real(
+        m, fullgraph=fullgraph, backend=lambda gm, example_inputs: gm.forward, **kw))
     torch._dynamo.reset()
 
 
@@ -412,6 +412,32 @@ def test_bench_decodes_six_models_in_every_mode_at_several_contexts(monkeypatch)
     res = bench.decode_bench(tiny("gqa", n_layer=1), [8, 16, 32], steps=1, warmup=1,
                              modes=("eager", "compiled", "graphs"))
     assert len(res) == 6 * 3 * 3 and all(r["ms"] > 0 for r in res.values())
+
+
+def test_a_decode_step_returning_to_its_bucket_runs_the_graph_compiled_for_it(monkeypatch):
+    # the call in bucket 128 made the step dynamic, and dynamo served the return to 64 from that
+    # dynamic graph, which cudagraph trees (keyed on a dynamic graph's sizes) recorded again. The
+    # step compiled as generate.py compiles it, each graph by inductor (on the CPU), tagged: in
+    # buckets 64, 128, then 64 again, the return runs the first graph and compiles none
+    from torch._dynamo.utils import counters
+    real, inductor, graphs, ran = torch.compile, torch._dynamo.lookup_backend("inductor"), [], []
+
+    def tagged(gm, example_inputs):
+        i, f = len(graphs), inductor(gm, example_inputs)
+        graphs.append(i)
+        return lambda *a: ran.append(i) or f(*a)
+    monkeypatch.setattr(torch, "compile", lambda m, **kw: real(m, backend=tagged, **kw))
+    torch._dynamo.reset()
+    counters.clear()
+    model = randomized(tiny("lrkv", n_layer=1, block_size=128))
+    idx = prompt(model.cfg, B=1, T=16)
+    for n, bucket in ((32, 64), (100, 128), (40, 64)):  # 16 + n - 1 slots
+        ran.clear()
+        out = model.generate(idx, n, temperature=0, compile=True)
+        assert sorted(k[1] for k in model.__dict__["_kept"])[-1] >= bucket
+    assert graphs == [0, 1] and ran == [0] * 39  # its steps, all on the graph of its first visit
+    assert counters["stats"]["unique_graphs"] == 2
+    assert torch.equal(out, model.generate(idx, 40, temperature=0, compile=False))
 
 
 def test_a_compiled_decode_step_of_a_checkpoint_casts_no_weight():

@@ -2,6 +2,7 @@
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -46,7 +47,11 @@ def test_dry_run_prints_the_table(tmp_path):
         in p.stdout
     decode = [line.split(" | ") for line in p.stdout.splitlines() if re.match(r"\| (eager|graphs|compiled) @", line)]
     assert [r[0] for r in decode] == ["| eager @128 x1", "| graphs @128 x1", "| compiled @128 x4"]
-    assert all(len(r) == len(DESIGNS) + 2 and all(re.fullmatch(r"[\d,]+ \([\d.]+\)", c.rstrip(" |")) for c in r[1:]) for r in decode)
+    # the graphs row's cells count the CUDA graphs too: none on the CPU
+    cell = [r"[\d,]+ \([\d.]+\)", r"[\d,]+ \([\d.]+\); 0/0/0", r"[\d,]+ \([\d.]+\)"]
+    assert all(len(r) == len(DESIGNS) + 2 and all(re.fullmatch(c, x.rstrip(" |")) for x in r[1:])
+               for r, c in zip(decode, cell))
+    assert "| design, 2 of cpu's 2 layers | train tok/s |" in p.stdout
     if not torch.cuda.is_available():  # without --dry it needs a GPU, and says what to do instead
         p = gpu_check()
         assert p.returncode == 2 and p.stderr.startswith("error: ") and "--dry" in p.stderr
@@ -107,6 +112,27 @@ def test_a_phase_stopped_midway_keeps_its_finished_designs(tmp_path, monkeypatch
     assert len(rows) == 1 and "again" not in (tmp_path / "results.md").read_text()  # no time left to try again
 
 
+def test_a_retried_phase_measures_only_the_designs_missing(tmp_path, monkeypatch):
+    # decode() measured all six again: a retry of "graphs @8192 x1" could be cut again before
+    # lrkv-f. Here gqa, the fourth, hangs the first time only (a cold compile); versions' phase
+    # after it leaves time for the retry
+    gc = dry(tmp_path)
+    asked = tmp_path / "asked"
+    monkeypatch.setenv("NANOKV_SLOW_DESIGN", "gqa")
+    monkeypatch.setenv("NANOKV_SLOW_ONCE", str(tmp_path / "compiled"))
+    monkeypatch.setenv("NANOKV_ASKED", str(asked))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    plan = [gc.decode_phases()[0], Phase("versions", 400, gc.versions, write=lambda r: None)]
+    run_plan(plan, [sys.executable, os.path.join(ROOT, "tests", "slow_phase.py"), "--dry", f"--out={tmp_path}"],
+             120, time.time(), gc.say, gc.jsonl)
+    assert asked.read_text().split() == ["mha", "lrkv", "mla", "gqa", "gqa", "mqa", "lrkv-f"]
+    rows = [line.split(" | ") for line in (tmp_path / "results.md").read_text().splitlines()
+            if line.startswith("| eager @128 x1")]
+    assert rows[0][4:7] == ["-", "-", "-"] and "stopped at its" in rows[0][-1]
+    assert len(rows) == 2 and all(re.fullmatch(r"[\d,]+ \([\d.]+\)", c) for c in rows[1][1:6])
+    assert re.fullmatch(r"[\d,]+ \([\d.]+\) \|", rows[1][6])  # all six, the first try's beside the retry's
+
+
 def test_one_designs_failure_is_its_cell_alone(tmp_path, monkeypatch):
     # an exception in one design's decode (an OOM, a compile error) ended the phase: the designs
     # after it in the row were lost
@@ -145,7 +171,7 @@ def test_the_graph_row_counts_the_graphs_recorded_and_replayed(monkeypatch):
         if compile == "reduce-overhead":
             new = n not in self.__dict__.setdefault("_kept", {})
             self._kept[n] = "its caches"
-            recorded = 1 if new else again.get("records", 0)
+            recorded = again.get("twice", 1) if new else again.get("records", 0)
             for _ in range(recorded):
                 trees.record_function(None, [], 0)
             for _ in range(n - 1 - recorded - new):
@@ -162,6 +188,58 @@ def test_the_graph_row_counts_the_graphs_recorded_and_replayed(monkeypatch):
         again[fault] = 1
         line = next(gpu_deep.graph_decode("cuda", "cpu", dict(n_layer=2), (32, 32)))
         assert line.startswith("- FAILED") and line.endswith(f"1/29/0 (new bucket), {counts} (its bucket again)")
+    again.clear()
+    again["twice"] = 2  # a new bucket's graph recorded twice: one recording per bucket, no more
+    line = next(gpu_deep.graph_decode("cuda", "cpu", dict(n_layer=2), (32, 32)))
+    assert line.startswith("- FAILED") and "2/28/0 (new bucket)" in line
+
+
+def test_the_decode_graph_cells_count_the_graphs(tmp_path, monkeypatch):
+    # the tokens row counted recordings, replays and skips; the decode row's graphs column did not,
+    # so a graph recorded on every step read as a slow one. CUDA faked: cudagraph trees' methods
+    from torch._inductor.cudagraph_trees import CUDAGraphTreeManager as trees
+    gc = dry(tmp_path)
+    monkeypatch.setattr(trees, "record_function", lambda self, inputs, fid: None)
+    monkeypatch.setattr(trees, "execute_node", lambda self, node, inputs: None)
+
+    def bench(cfg, contexts, steps, modes, designs, **_):  # a warm-up step, a recorded one, replays
+        trees.record_function(None, [], 0)
+        for _ in range(steps):
+            trees.execute_node(None, None, [])
+        return {(designs[0], contexts[0], modes[0]): dict(tok_s=1000.0, gbs=2.0, first_s=1.0)}
+    monkeypatch.setattr(gc, "decode_bench", bench)
+    cells = {}
+    for piece in gc.decode("graphs", 1, skip=("mla",)):
+        cells.update(piece)
+    assert cells == {a: "1,000 (2.0); 1/5/0" for a in ("mha", "lrkv", "gqa", "mqa", "lrkv-f")}
+    assert all(";" not in c for piece in gc.decode("eager", 1) for c in piece.values())
+
+
+def test_the_copies_see_a_copy_made_by_an_inductor_kernel():
+    # copies counted aten::copy_ and _foreach_copy_ only: a cache copied whole by one of
+    # inductor's own kernels (a real compile on the CPU) was invisible. The step that writes one
+    # token in place copies nothing; a permuted .contiguous() of the cache and a cache rolled in
+    # place (into a temporary, then back) do, and the profiler sees no copy in either
+    import gpu_deep
+    cache, x, pos = torch.randn(1, 2, 128, 32), torch.randn(1, 2, 1, 32), torch.tensor([5])
+
+    def step(c, x, p):
+        c.index_copy_(2, p, x)
+        return (c * x).sum(-1)
+
+    def permuted(c, x, p):
+        return c.transpose(1, 2).contiguous().view(1, 128, 64) @ x.view(64, 1)
+
+    def rolled(c, x, p):
+        c.copy_(c.roll(1, dims=2))
+        return (c * x).sum(-1)
+    seen = []
+    for f in (step, permuted, rolled):
+        compiled = torch.compile(f, fullgraph=True, dynamic=False, backend="inductor")
+        with gpu_deep.kernel_copies([cache]) as kernels:
+            compiled(cache, x, pos)
+        seen.append((kernels, gpu_deep.written(lambda: compiled(cache, x, pos), False)))
+    assert seen == [([0], 0), ([cache.nbytes], 0), ([2 * cache.nbytes], 0)]
 
 
 def fake_phase(name):
@@ -222,6 +300,67 @@ def test_a_printed_result_counts_while_its_process_shuts_down(tmp_path):
     assert "shutting_down: {'compile_s': 1.5}" in lines
 
 
+def test_a_failed_phase_costs_no_extra_wait(tmp_path):
+    # its output's end was read, then waited for again: 5 s more for each failed phase
+    lines, records = fake_plan(tmp_path, [("quick", 1, ()), ("fails", 1, ()), ("quick 2", 476, ())])
+    assert [r["outcome"] for r in records] == ["done", "failed", "done"]
+    assert "fails: fails: failed: RuntimeError: it broke" in lines
+    assert records[1]["seconds"] < records[0]["seconds"] + 2 < 4.5  # a process start, not 5 s more
+
+
+def groups():
+    # {pid: (state, process group, parent)} of every process, from /proc
+    out = {}
+    for d in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            state, parent, group = open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()[:3]
+            out[int(d)] = state, int(group), int(parent)
+        except (OSError, ValueError):
+            pass
+    return out
+
+
+def test_a_cut_check_leaves_no_process(tmp_path):
+    # the check had no SIGTERM handler: cut by a caller's time limit, it left its phase (a session
+    # of its own) and torchrun's ranks (sessions of their own too) holding the GPU. Cut here once
+    # the runs phase has a child of its own (prepare.py or a run), then once torchrun has a rank
+    for n, (what, started) in enumerate([
+            ("a child", lambda tree, ps: any(ps[p][2] in tree[1:] for p in tree)),
+            ("a torchrun rank", lambda tree, ps: any("torch.distributed.run" in cmdline(ps[p][2])
+                                                     for p in tree))]):
+        out = tmp_path / str(n)
+        p = subprocess.Popen([sys.executable, "gpu_check.py", "--dry", "--only=runs", f"--out={out}"], cwd=ROOT,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+                             env={**os.environ, "OMP_NUM_THREADS": "1"})
+        seen, end = {p.pid}, time.time() + 200
+        while time.time() < end:  # every group under the check, until the phase has what it waits for
+            ps = groups()
+            tree = [p.pid]
+            for pid in tree:
+                tree += [c for c, (state, _, parent) in ps.items() if parent == pid and state != "Z"]
+            seen |= {ps[pid][1] for pid in tree if pid in ps}
+            if started(tree, ps):
+                break
+            time.sleep(0.05)
+        assert time.time() < end, f"{what}: never started"
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=10) == 128 + signal.SIGTERM, p.stderr.read()[-2000:]
+        time.sleep(0.5)
+        left = [pid for pid, (state, group, _) in groups().items() if group in seen and state != "Z"]
+        assert not left, f"{what}: {[cmdline(pid) for pid in left]} outlived the check"
+        assert len(seen) >= 2 + n  # the check's group and its phase's; a torchrun rank's own
+        lines = (out / "results.md").read_text().splitlines()
+        assert lines[-1].startswith("(cut by SIGTERM after") and "| tiny runs | " in lines[-3]
+        assert lines[-3].split(" | ")[3] == "cut"  # the phase table, written before the end
+
+
+def cmdline(pid):
+    try:
+        return open(f"/proc/{pid}/cmdline").read().replace("\0", " ")
+    except OSError:
+        return ""
+
+
 def test_a_phase_writes_its_pieces_as_they_come(tmp_path, monkeypatch):
     # the runs phase printed its four lines only at its end; a piece now reaches results.md at once
     gc = dry(tmp_path)
@@ -260,6 +399,32 @@ def test_models_are_built_on_their_device(monkeypatch):
     bench.build(preset("cpu", n_layer=1), "meta")
     bench.train_models(preset("cpu", n_layer=1), "meta", torch.float32, compile=False)
     assert seen == ["meta"] * 6
+
+
+def test_the_versions_survive_an_sdpa_call_that_raises(tmp_path, monkeypatch):
+    # the first SDPA call ran unguarded in the check's own process: a cuDNN error there ended the
+    # check before any phase, with no rows
+    gc = dry(tmp_path)
+
+    def broken(*a, **k):
+        raise RuntimeError("cuDNN Frontend error: no execution plan\nmore")
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", broken)
+    line = gc.versions()
+    assert "SDPA priority n/a (its first call: RuntimeError: cuDNN Frontend error: no execution plan);" in line
+    assert "torch " + torch.__version__ in line
+
+
+def test_the_tables_say_how_many_layers_they_measured(tmp_path, monkeypatch):
+    # the designs table measured 4 of 128m's 12 layers, and said nothing: tokens/s, MFU and peak
+    # GiB read as the whole model's. The GPU check's settings, without a GPU
+    gc = dry(tmp_path)
+    for k, v in dict(dry=False, shape={}, name="128m", context=8192, layers=dict(designs=4, decode=2, big=2)).items():
+        monkeypatch.setattr(gc, k, v)
+    assert "\n| design, 4 of 128m's 12 layers | train tok/s |" in gc.design_phases("", [("mha", "mha", {})])[0].head
+    big = gc.design_phases("", [("mha 512m-8k", "mha", {})], size=("512m-8k", 1))[0].head
+    assert "\n| design, 2 of 512m-8k's 24 layers | train tok/s |" in big
+    assert "peak bandwidth; as a CUDA graph, then the graphs recorded/replayed/skipped), 2 of 128m's 12 layers (" \
+        in gc.decode_phases()[0].head
 
 
 def test_the_kernel_order_is_read_after_a_first_sdpa_call(tmp_path, monkeypatch):
@@ -316,6 +481,8 @@ def test_the_deep_check_runs_on_the_cpu(tmp_path):
     assert all(r[-1] == "yes |" for r in sdpa) and sdpa[0][4] == "no: none on this device"  # math takes every call
     assert sdpa[5][2] == "1x2x128x40, 1x2x128x40, 1x2x128x32"  # DeepSeek's widths: d_h + d_r for q and k
     assert sdpa[5][3].startswith("no: Flash attention requires q,k,v to have the same last dimension")
-    copies = [line.split(" | ") for line in lines if re.match(r"\| (mha|lrkv|mla) \| [\d,]+ \| [\d,]+ \| ", line)]
+    # dynamo's eager backend: no inductor kernels to read
+    copies = [line.split(" | ") for line in lines
+              if re.match(r"\| (mha|lrkv|mla) \| [\d,]+ \| [\d,]+, kernels n/a", line)]
     assert [r[0][2:] for r in copies] == ["mha", "lrkv", "mla"] and "FAILED" not in p.stdout
     assert p.stdout.count("| done |") == 3
