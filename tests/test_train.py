@@ -110,9 +110,10 @@ def test_evaluate_scores_every_token_once_or_a_spread_sample():
         evaluate(model, split[:T], T, 1, None, nbytes, "cpu")
 
 
-@pytest.mark.parametrize("attn", list(DESIGNS))
+@pytest.mark.parametrize("attn", list(DESIGNS) + ["lrkv --kv_share=2"])  # a group's later layer: no B_h
 def test_tiny_run_writes_log_and_checkpoint(tmp_path, attn):
-    train(tmp_path, f"--attn={attn}", "--train_tokens=1024", "--eval_interval=2", "--run_name=r")  # 4 steps of 256
+    attn, *flags = attn.split()
+    train(tmp_path, f"--attn={attn}", *flags, "--train_tokens=1024", "--eval_interval=2", "--run_name=r")  # 4 steps
     header, steps = read_log(tmp_path / "r" / "log.jsonl")
     for key in ("config", "attn", "params", "kv_params", "flops_per_token", "kv_bytes_per_token", "git", "device"):
         assert key in header
