@@ -259,9 +259,9 @@ def test_plot_recall_gives_times_to_solve_with_kaplan_meier_log_rank_and_fisher(
         assert rows[name][4] == f"{k}/5" and rows[name][10] == f"{stats.fisher_exact(k, 5, 4, 5):.2g}"
     assert [rows[n][9] for n in ps] == [f"{p:.2g}" for p in holm(list(ps.values()))]
     assert rows["Standard MHA, window 32"][5] == "not reached"
-    # the frontier: MQA's 256 B solved; the window never did, at MHA's 1024 B a token as logged
+    # the frontier: MQA's 256 B solved; the window never did, at 32 of 128 tokens: 256 B
     frontier = table.split("\n\n")[2]
-    assert "| MQA | 256 | - |" in frontier and "| Standard MHA, windows | - | 1024 |" in frontier
+    assert "| MQA | 256 | - |" in frontier and "| Standard MHA, windows | - | 256 |" in frontier
     # by distance, the solved runs' hits pooled: MHA's 4 solved runs at 4 pairs, bin 2: 12 of 16
     dist = table.split("\n\n")[4]
     assert "| Standard MHA, 1024 B | 4 | 0.750 | - | - | 1.000 | - | - |" in dist
