@@ -30,6 +30,13 @@ def whole_set_solved(r):
     return all(sc.get(k.replace("acc", "acc_win"), sc[k]) >= r["config"]["stop_acc"] for k in keys)
 
 
+def flat(r):
+    # the plan's reading of a censored run: its last three curve accuracies within 0.02 of each
+    # other (on the plateau), else still rising at the cap
+    last = r["acc"][-3:]
+    return len(last) == 3 and last.max() - last.min() <= 0.02
+
+
 def survival_rows(runs):
     """One row per arm (design, window, cache bytes per token, d_model): its runs' times, the
     median with its interval, the share solved at the cap; each arm against MHA's (full
@@ -48,7 +55,8 @@ def survival_rows(runs):
         rows.append(dict(attn=attn, window=window, kv=kv, width=width, runs=g, n=len(g),
                          times=times, solved=solved, k=sum(solved), label=label(attn, window),
                          cap=max(r["config"]["max_iters"] for r in g), median=med, lo=lo, hi=hi,
-                         whole=sum(s and whole_set_solved(r) for r, s in zip(g, solved))))
+                         whole=sum(s and whole_set_solved(r) for r, s in zip(g, solved)),
+                         flat=sum(not s and flat(r) for r, s in zip(g, solved))))
     order = list(DESIGNS)
     rows.sort(key=lambda r: (r["width"], r["window"] > 0, order.index(r["attn"]), -r["kv"]))
     for width in {r["width"] for r in rows}:
@@ -121,11 +129,13 @@ def frontier(rows):
 def survival_tables(rows):
     step = lambda t: "not reached" if t is None else str(t)  # noqa: E731
     head = ["d_model", "design", "KV B/token", "runs", "solved by the cap", "median step",
-            "95% interval", "O - E", "log-rank p", "Holm", "Fisher p", "Holm", "whole test set"]
+            "95% interval", "O - E", "log-rank p", "Holm", "Fisher p", "Holm", "whole test set",
+            "censored: flat"]
     body = [[str(r["width"]), r["label"], fmt(r["kv"], ".0f"), str(r["n"]), f"{r['k']}/{r['n']}",
              step(r["median"]), f"{step(r['lo'])} to {step(r['hi'])}", fmt(r.get("o_e"), "+.1f"),
              fmt(r.get("p_lr"), ".2g"), fmt(r.get("p_lr_holm"), ".2g"), fmt(r.get("p_f"), ".2g"),
-             fmt(r.get("p_f_holm"), ".2g"), f"{r['whole']}/{r['k']}"] for r in rows]
+             fmt(r.get("p_f_holm"), ".2g"), f"{r['whole']}/{r['k']}",
+             f"{r['flat']}/{r['n'] - r['k']}"] for r in rows]
     bins = (2, 4, 8, 16, 32, 64)
     dist = [[f"{r['label']}, {r['kv']:.0f} B", str(N),
              *(f"{cells[b][0] / cells[b][1]:.3f}" if b in cells else "-" for b in bins)]
@@ -156,7 +166,8 @@ def survival_mode(runs):
              "log-rank p, two-sided, and Fisher p, two-sided, of the share solved by the cap, each "
              "against MHA at the same width, each a Holm family over the arms it tests; whole test "
              "set: the solved runs whose score line, every test example, is at its stop_acc or "
-             "above at every count",
+             "above at every count; censored: flat, the runs censored at the cap whose last three "
+             "curve accuracies lie within 0.02 of each other (the rest were still rising)",
              "KV B/token: flops.py's, as the log's header gives it; a window's, the average over a "
              "sequence of block_size tokens, of which it holds min(block_size, W)"]
     return draw_survival(rows), survival_tables(rows), notes, ("figure_recall", "recall.md")
