@@ -183,8 +183,9 @@ def arguments(argv):
     p.add_argument("--length", type=count, default=None,
                    help="--recall: at this length only (default: the context T, 2T and 4T)")
     p.add_argument("--window", type=int, default=None,
-                   help="attend to the last W tokens only, at inference (StreamingLLM's eviction): "
-                        "the same weights through a sliding window, whatever the model trained with")
+                   help="attend to the last W tokens only, at inference (StreamingLLM's "
+                        "eviction): the same weights through a sliding window, whatever the "
+                        "model trained with")
     p.add_argument("--export", metavar="DIR",
                    help="write a transformers folder: AutoModelForCausalLM.from_pretrained(DIR) loads it")
     return p.parse_args(argv)
@@ -280,7 +281,8 @@ def rebuilt(model, **changes):
         return model
     with torch.device(model.lm_head.weight.device):
         out = GPT(cfg)
-    out.load_state_dict(model.state_dict())  # cos and sin are not in it: they stay as cfg makes them
+    # cos and sin are not in the state dict: they stay as cfg makes them
+    out.load_state_dict(model.state_dict())
     return out.to(model.lm_head.weight.dtype).eval()
 
 

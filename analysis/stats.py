@@ -152,7 +152,8 @@ def smallest_rate_gap(n, k0, n0, alpha):
 def kaplan_meier(times, events):
     """The Kaplan-Meier estimate of S(t) = P(no event by t) from times (the event's, or the
     censoring's where events is False): [(t, at risk, events at t, S(t), Greenwood's variance)] at
-    each distinct event time, in order. A run censored at t counts as at risk at t (events first)."""
+    each distinct event time, in order. A run censored at t counts as at risk at t (events
+    first)."""
     rows, S, green = [], 1.0, 0.0
     for t in sorted({t for t, e in zip(times, events) if e}):
         n = sum(u >= t for u in times)
@@ -174,7 +175,8 @@ def median_time(times, events, z=1.959963984540054):
     S's lower band, and then its upper band, reach 1/2; None where that never happens by the last
     event ("not reached")."""
     rows = kaplan_meier(times, events)
-    first = lambda ok: next((t for t, _, _, S, v in rows if ok(S, math.sqrt(v))), None)  # noqa: E731
+    def first(ok):  # the first event time at which ok(S, its standard error)
+        return next((t for t, _, _, S, v in rows if ok(S, math.sqrt(v))), None)
     return (first(lambda S, se: S <= 0.5), first(lambda S, se: S - z * se <= 0.5),
             first(lambda S, se: S + z * se <= 0.5))
 

@@ -10,7 +10,8 @@ import matplotlib.pyplot as plt
 
 from common import DESIGNS
 from analysis.logs import cache
-from analysis.stats import fisher_exact, fmt, holm, kaplan_meier, km_at, logrank, median_time, render
+from analysis.stats import (fisher_exact, fmt, holm, kaplan_meier, km_at, logrank, median_time,
+                            render)
 
 
 def label(attn, window):
@@ -29,6 +30,13 @@ def whole_set_solved(r):
     return all(sc.get(k.replace("acc", "acc_win"), sc[k]) >= r["config"]["stop_acc"] for k in keys)
 
 
+def flat(r):
+    # the plan's reading of a censored run: its last three curve accuracies within 0.02 of each
+    # other (on the plateau), else still rising at the cap
+    last = r["acc"][-3:]
+    return len(last) == 3 and last.max() - last.min() <= 0.02
+
+
 def survival_rows(runs):
     """One row per arm (design, window, cache bytes per token, d_model): its runs' times, the
     median with its interval, the share solved at the cap; each arm against MHA's (full
@@ -36,24 +44,29 @@ def survival_rows(runs):
     groups = {}
     for r in runs:
         c = r["config"]
-        key = (r["attn"], c.get("window") or 0, cache(r["header"])["kv"], c["n_embd"])
-        groups.setdefault(key, []).append(r)
+        w, T = c.get("window") or 0, c["block_size"]
+        # a window's cache holds min(T, W) of a sequence's T tokens: its bytes a token on average
+        kv = cache(r["header"])["kv"] * (min(T, w) / T if w else 1)
+        groups.setdefault((r["attn"], w, kv, c["n_embd"]), []).append(r)
     rows = []
     for (attn, window, kv, width), g in groups.items():
         times, solved = zip(*map(time_to_solve, g))
         med, lo, hi = median_time(times, solved)
-        rows.append({"attn": attn, "window": window, "kv": kv, "width": width, "runs": g, "n": len(g),
-                     "times": times, "solved": solved, "k": sum(solved), "cap": max(r["config"]["max_iters"] for r in g),
-                     "whole": sum(s and whole_set_solved(r) for r, s in zip(g, solved)),
-                     "label": label(attn, window), "median": med, "lo": lo, "hi": hi})
-    rows.sort(key=lambda r: (r["width"], r["window"] > 0, list(DESIGNS).index(r["attn"]), -(r["kv"] or 0)))
+        rows.append(dict(attn=attn, window=window, kv=kv, width=width, runs=g, n=len(g),
+                         times=times, solved=solved, k=sum(solved), label=label(attn, window),
+                         cap=max(r["config"]["max_iters"] for r in g), median=med, lo=lo, hi=hi,
+                         whole=sum(s and whole_set_solved(r) for r, s in zip(g, solved)),
+                         flat=sum(not s and flat(r) for r, s in zip(g, solved))))
+    order = list(DESIGNS)
+    rows.sort(key=lambda r: (r["width"], r["window"] > 0, order.index(r["attn"]), -r["kv"]))
     for width in {r["width"] for r in rows}:
-        base = max((r for r in rows if (r["attn"], r["window"], r["width"]) == ("mha", 0, width)),
-                   key=lambda r: r["n"], default=None)
+        mha = [r for r in rows if (r["attn"], r["window"], r["width"]) == ("mha", 0, width)]
+        base = max(mha, key=lambda r: r["n"], default=None)
         tested = [r for r in rows if base and r is not base and r["width"] == width]
         for r in tested:
             o_e, _, p = logrank(r["times"], r["solved"], base["times"], base["solved"])
-            r.update(base=base, o_e=o_e, p_lr=p, p_f=fisher_exact(r["k"], r["n"], base["k"], base["n"]))
+            r.update(base=base, o_e=o_e, p_lr=p,
+                     p_f=fisher_exact(r["k"], r["n"], base["k"], base["n"]))
         for key in ("p_lr", "p_f"):
             for r, p in zip(tested, holm([r[key] for r in tested])):
                 r[key + "_holm"] = p
@@ -79,14 +92,14 @@ def draw_survival(rows):
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(13, 5.5), layout="constrained")
     for r in rows:
         d, km = DESIGNS[r["attn"]], kaplan_meier(r["times"], r["solved"])
+        style = dict(color=d.colour, linestyle="--" if r["window"] else d.line)
         steps = [0] + [t for t, *_ in km] + [r["cap"]]
-        a1.step(steps, [1 - km_at(km, t) for t in steps], where="post", color=d.colour,
-                linestyle="--" if r["window"] else d.line, label=f"{r['label']}, {r['kv']} B/token")
+        a1.step(steps, [1 - km_at(km, t) for t in steps], where="post",
+                label=f"{r['label']}, {r['kv']:.0f} B/token", **style)
         cells = pooled_distance(r["runs"], counts=False)
         if cells:
             bins = sorted(cells)
-            a2.plot(bins, [cells[b][0] / cells[b][1] for b in bins], marker="o", color=d.colour,
-                    linestyle="--" if r["window"] else d.line)
+            a2.plot(bins, [cells[b][0] / cells[b][1] for b in bins], marker="o", **style)
     a1.set_xlabel("training step")
     a1.set_ylabel("fraction of runs solved (1 - Kaplan-Meier)")
     a2.set_xscale("log", base=2)
@@ -96,51 +109,65 @@ def draw_survival(rows):
         ax.set_ylim(-0.05, 1.05)
         ax.grid(alpha=0.3)
     fig.legend(loc="outside right upper", fontsize=8)
-    fig.suptitle("How long each design takes to learn the lookup, and what it then recalls by distance")
+    fig.suptitle("How long each design takes to learn the lookup, and what it recalls by distance")
     return fig
+
+
+def frontier(rows):
+    """Per design (the windows as one): the smallest cache seen to solve, the largest seen to
+    fail on every seed."""
+    kind = lambda r: "window" if r["window"] else r["attn"]  # noqa: E731
+    out = []
+    for k in dict.fromkeys(map(kind, rows)):
+        mine = [r for r in rows if kind(r) == k]
+        held, lost = [r["kv"] for r in mine if r["k"]], [r["kv"] for r in mine if not r["k"]]
+        out.append([DESIGNS[k].label if k != "window" else "Standard MHA, windows",
+                    fmt(min(held, default=None), ".0f"), fmt(max(lost, default=None), ".0f")])
+    return out
 
 
 def survival_tables(rows):
     step = lambda t: "not reached" if t is None else str(t)  # noqa: E731
-    head = ["d_model", "design", "KV B/token", "runs", "solved by the cap", "median step", "95% interval",
-            "O - E", "log-rank p", "Holm", "Fisher p", "Holm", "whole test set"]
-    body = [[str(r["width"]), r["label"], fmt(r["kv"], ".0f"), str(r["n"]), f"{r['k']}/{r['n']}", step(r["median"]),
-             f"{step(r['lo'])} to {step(r['hi'])}", fmt(r.get("o_e"), "+.1f"), fmt(r.get("p_lr"), ".2g"),
-             fmt(r.get("p_lr_holm"), ".2g"), fmt(r.get("p_f"), ".2g"), fmt(r.get("p_f_holm"), ".2g"),
-             f"{r['whole']}/{r['k']}"]
-            for r in rows]
-    out = render(head, body)
-    frontier = []
-    for attn in dict.fromkeys(r["attn"] if not r["window"] else "window" for r in rows):
-        mine = [r for r in rows if (r["attn"] if not r["window"] else "window") == attn]
-        held = [r["kv"] for r in mine if r["k"]]
-        lost = [r["kv"] for r in mine if not r["k"]]
-        frontier.append([DESIGNS[attn].label if attn != "window" else "Standard MHA, windows",
-                         fmt(min(held, default=None), ".0f"), fmt(max(lost, default=None), ".0f")])
-    out += "\n\nThe frontier: the smallest cache (KV bytes per token) seen to solve every count, and the largest " \
-        "seen to fail on every seed ('-': none):\n\n" + render(["design", "smallest solved", "largest never"], frontier)
-    dist = []
-    for r in rows:
-        for N, cells in sorted(pooled_distance(r["runs"]).items()):
-            dist.append([r["label"] + f", {r['kv']} B", str(N),
-                         *(f"{cells[b][0] / cells[b][1]:.3f}" if b in cells else "-" for b in (2, 4, 8, 16, 32, 64))])
-    out += "\n\nTest accuracy of the solved runs by the distance from key to query (every test example, " \
-        "pooled over seeds):\n\n" + render(["arm", "pairs", "2-3", "4-7", "8-15", "16-31", "32-63", "64-127"], dist)
-    return out
+    head = ["d_model", "design", "KV B/token", "runs", "solved by the cap", "median step",
+            "95% interval", "O - E", "log-rank p", "Holm", "Fisher p", "Holm", "whole test set",
+            "censored: flat"]
+    body = [[str(r["width"]), r["label"], fmt(r["kv"], ".0f"), str(r["n"]), f"{r['k']}/{r['n']}",
+             step(r["median"]), f"{step(r['lo'])} to {step(r['hi'])}", fmt(r.get("o_e"), "+.1f"),
+             fmt(r.get("p_lr"), ".2g"), fmt(r.get("p_lr_holm"), ".2g"), fmt(r.get("p_f"), ".2g"),
+             fmt(r.get("p_f_holm"), ".2g"), f"{r['whole']}/{r['k']}",
+             f"{r['flat']}/{r['n'] - r['k']}"] for r in rows]
+    bins = (2, 4, 8, 16, 32, 64)
+    dist = [[f"{r['label']}, {r['kv']:.0f} B", str(N),
+             *(f"{cells[b][0] / cells[b][1]:.3f}" if b in cells else "-" for b in bins)]
+            for r in rows for N, cells in sorted(pooled_distance(r["runs"]).items())]
+    return (render(head, body)
+            + "\n\nThe frontier: the smallest cache (KV bytes per token) seen to solve every "
+            "count, and the largest seen to fail on every seed ('-': none):\n\n"
+            + render(["design", "smallest solved", "largest never"], frontier(rows))
+            + "\n\nTest accuracy of the solved runs by the distance from key to query (every test "
+            "example, pooled over seeds):\n\n"
+            + render(["arm", "pairs", *(f"{b}-{2 * b - 1}" for b in bins)], dist))
 
 
 def survival_mode(runs):
-    """E7's table and figure from the finished runs (a score line) of runs that stop when solved."""
+    """E7's table and figure from the finished runs (a score line) of runs that stop when
+    solved."""
     rows = survival_rows(runs)
     if not rows:
         raise ValueError("no finished MQAR run (a score line with test_acc) to tabulate")
-    notes = ["solved: the run stopped at the first eval whose learning-curve test accuracy (a quarter of the "
-             "test set) reached its stop_acc at every pair count (a window: at the keys inside it); its step is "
-             "the time to solve; a run that did not is censored at its cap",
-             "median step: Kaplan-Meier's, with Brookmeyer and Crowley's 95% interval (the steps whose estimate "
-             "lies within 1.96 Greenwood standard errors of 1/2); not reached: the curve never got to 1/2",
-             "O - E: the arm's solved runs minus those expected were it MHA (negative: later); log-rank p, two-sided, "
-             "and Fisher p, two-sided, of the share solved by the cap, each against MHA at the same width, each "
-             "a Holm family over the arms it tests; whole test set: the solved runs whose score line, every "
-             "test example, is at its stop_acc or above at every count"]
+    notes = ["solved: the run stopped at the first eval whose learning-curve test accuracy (a "
+             "quarter of the test set) reached its stop_acc at every pair count (a window: at the "
+             "keys inside it); its step is the time to solve; a run that did not is censored at "
+             "its cap",
+             "median step: Kaplan-Meier's, with Brookmeyer and Crowley's 95% interval (the steps "
+             "whose estimate lies within 1.96 Greenwood standard errors of 1/2); not reached: the "
+             "curve never got to 1/2",
+             "O - E: the arm's solved runs minus those expected were it MHA (negative: later); "
+             "log-rank p, two-sided, and Fisher p, two-sided, of the share solved by the cap, each "
+             "against MHA at the same width, each a Holm family over the arms it tests; whole test "
+             "set: the solved runs whose score line, every test example, is at its stop_acc or "
+             "above at every count; censored: flat, the runs censored at the cap whose last three "
+             "curve accuracies lie within 0.02 of each other (the rest were still rising)",
+             "KV B/token: flops.py's, as the log's header gives it; a window's, the average over a "
+             "sequence of block_size tokens, of which it holds min(block_size, W)"]
     return draw_survival(rows), survival_tables(rows), notes, ("figure_recall", "recall.md")

@@ -229,7 +229,7 @@ def test_induction_draws_only_the_tokens_training_saw(tmp_path):
     assert evaluation.seen_ids({**tc, "dataset": "mqar"}, 64).tolist() == list(range(64))  # no split: all
 
 
-def test_eval_recall_and_induction_on_a_checkpoint(tmp_path):
+def test_eval_recall_and_induction_on_a_checkpoint(tmp_path, capsys):
     assert run(tmp_path).returncode == 0
     ckpt = str(tmp_path / "r" / "ckpt.pt")
     p = subprocess.run([sys.executable, "eval.py", ckpt, "--recall", "--induction", "--examples=8"], cwd=ROOT,
@@ -252,6 +252,17 @@ def test_eval_recall_and_induction_on_a_checkpoint(tmp_path):
             assert [c.strip() for c in row.split("|")[2:-1] if c.strip() != "-"] == want
     first, second = evaluation.induction(model, torch.arange(64), 8, 32)
     assert f"first copy {first:.4f} nats, second copy {second:.4f}" in p.stdout
+    # --window at inference, --length one length: inside and beyond the window, by hand
+    evaluation.main([ckpt, "--recall", "--examples=8", "--length=64", "--window=16",
+                     "--device=cpu"])
+    out = capsys.readouterr().out
+    assert "through a window of 16" in out and "| pairs | length 64 |\n" in out
+    x, y = recall.mqar(8, 64, 8, 64, (*recall.split_seed("test"), 8))
+    _, hits, d = recall.answers(evaluation.rebuilt(model, window=16), x, y)
+    cells = [f"{hits[m].sum().item() / m.sum().item():.3f} ({m.sum().item()})"
+             for m in (d < 16, d > 16)]
+    row = next(r for r in out.split("by the distance")[1].splitlines() if r.startswith("| 8 |"))
+    assert row.endswith(f"| {cells[0]} | {cells[1]} |")
 
 
 def test_the_mqar_config_trains_at_the_rate_e6_chose():

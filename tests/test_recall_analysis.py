@@ -225,9 +225,10 @@ def stop_log(path, attn, seed, stop, cap=1000, window=0, kv=1024, dist=None):
     lines = [dict(type="header", run=os.path.basename(path), attn=attn, config=cfg, kv_bytes_per_token=kv,
                   mha_kv_bytes_per_token=1024)]
     lines += [dict(type="step", step=s, tokens=s, flops=0, test_loss=1.0, test_acc=0.1) for s in range(0, end, 100)]
-    lines.append(dict(type="score", step=end, test_loss=0.0, test_acc=1.0, **({"stopped": True} if stop else {}),
+    acc = 1.0 if stop else 0.1  # solved, or flat on the plateau to the cap
+    lines.append(dict(type="score", step=end, test_loss=0.0, test_acc=acc, **({"stopped": True} if stop else {}),
                       **{f"test_dist_p{N}": d for N, d in (dist or {}).items()}))
-    lines.append(dict(type="step", step=end, tokens=end, flops=0, test_loss=0.0, test_acc=1.0))
+    lines.append(dict(type="step", step=end, tokens=end, flops=0, test_loss=0.0, test_acc=acc))
     os.makedirs(path)
     with open(os.path.join(path, "log.jsonl"), "w") as f:
         f.write("".join(json.dumps(r) + "\n" for r in lines))
@@ -259,9 +260,13 @@ def test_plot_recall_gives_times_to_solve_with_kaplan_meier_log_rank_and_fisher(
         assert rows[name][4] == f"{k}/5" and rows[name][10] == f"{stats.fisher_exact(k, 5, 4, 5):.2g}"
     assert [rows[n][9] for n in ps] == [f"{p:.2g}" for p in holm(list(ps.values()))]
     assert rows["Standard MHA, window 32"][5] == "not reached"
-    # the frontier: MQA's 256 B solved; the window never did, at MHA's 1024 B a token as logged
+    assert rows["Standard MHA, window 32"][13] == "5/5" and rows["GQA"][13] == "3/3"  # flat at 0.1
+    from analysis import survival
+    assert survival.flat({"acc": np.array([0.5, 0.10, 0.11, 0.12])})
+    assert not survival.flat({"acc": np.array([0.10, 0.11, 0.14])})  # still rising at the cap
+    # the frontier: MQA's 256 B solved; the window never did, at 32 of 128 tokens: 256 B
     frontier = table.split("\n\n")[2]
-    assert "| MQA | 256 | - |" in frontier and "| Standard MHA, windows | - | 1024 |" in frontier
+    assert "| MQA | 256 | - |" in frontier and "| Standard MHA, windows | - | 256 |" in frontier
     # by distance, the solved runs' hits pooled: MHA's 4 solved runs at 4 pairs, bin 2: 12 of 16
     dist = table.split("\n\n")[4]
     assert "| Standard MHA, 1024 B | 4 | 0.750 | - | - | 1.000 | - | - |" in dist

@@ -36,12 +36,14 @@ def steps(out):
 def test_a_solved_run_stops_and_a_kill_anywhere_resumes_to_the_same_stop(tmp_path):
     full = tmp_path / "full"
     assert train(full).returncode == 0
-    curve = {r["step"]: r["test_acc"] for r in records(full) if "test_acc" in r and r["type"] == "step"}
+    curve = {r["step"]: r["test_acc"] for r in records(full)
+             if "test_acc" in r and r["type"] == "step"}
     lrs = [r["lr"] for r in records(full) if r["type"] == "step" and r["step"] >= 2]
     assert len(set(lrs)) == 1 and lrs[0] > 0  # constant after warm-up, to the cap
     # the stop: the first eval past the first checkpoint (step 5) whose accuracy beats every one
     # before it, so that the run reaches it there and nowhere earlier
-    stop = next(s for s in sorted(curve) if s > 5 and curve[s] > max(curve[t] for t in curve if t < s))
+    stop = next(s for s in sorted(curve)
+                if s > 5 and curve[s] > max(curve[t] for t in curve if t < s))
     at = f"--stop_acc={curve[stop]!r}"
     run = tmp_path / "stop"
     assert train(run, at).returncode == 0
@@ -72,4 +74,5 @@ def test_stop_and_schedule_refuse_what_they_cannot_do_in_one_line(tmp_path):
                        (["--dataset=shakespeare", "--stop_acc=0.9"], "error: --stop_acc:")):
         p = subprocess.run([sys.executable, "train.py", f"--out_dir={tmp_path}", "--max_iters=1",
                             *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
-        assert p.returncode == 2 and p.stderr.startswith(want) and p.stderr.count("\n") == 1, p.stderr
+        assert p.returncode == 2 and p.stderr.startswith(want), p.stderr
+        assert p.stderr.count("\n") == 1, p.stderr

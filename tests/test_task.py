@@ -20,7 +20,8 @@ def test_train_chooses_its_task_in_one_line_and_imports_no_command_line_tool():
     config = [i for i, line in enumerate(lines) if line.startswith("# ----")][:2]
     imports = {n.lineno - 1 for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))}
     naming = [line for i, line in enumerate(lines)
-              if not config[0] < i < config[1] and i not in imports and not line.lstrip().startswith("#")
+              if not config[0] < i < config[1] and i not in imports
+              and not line.lstrip().startswith("#")
               and re.search(r"mqar|MQAR|\bText\b", line)]
     assert naming == ['Task = MQAR if dataset == "mqar" else Text'], naming
 
