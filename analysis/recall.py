@@ -124,7 +124,7 @@ def draw_recall(rows):
         ax.axhline(SOLVED, color="gray", linestyle=":", linewidth=1)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6, ncol=2)
-    fig.suptitle("What a compressed cache forgets: multi-query associative recall")
+    fig.suptitle("Multi-query associative recall: accuracy against cache size")
     fig.tight_layout()
     return fig
 
@@ -310,7 +310,7 @@ def solve_table(rows):
 
 def draw_solves(rows, width):
     """At one width: each seed's test accuracy per design and pair count (a jittered strip), and
-    the capacity curve, each design's solve rate against the pairs. The legend sits outside."""
+    each design's solve rate against the pairs. The legend sits outside."""
     rows = [r for r in rows if r["width"] == width]
     kinds = list(dict.fromkeys((r["attn"], r["window"]) for r in rows))
     pairs = sorted({r["pairs"] for r in rows})
@@ -337,7 +337,7 @@ def draw_solves(rows, width):
         ax.grid(alpha=0.3)
     a1.axhline(SOLVED, color="gray", linestyle=":", linewidth=1)
     fig.legend(loc="outside right upper", fontsize=8)
-    fig.suptitle(f"What a smaller cache forgets, d_model {width}: each seed, and the capacity curve")
+    fig.suptitle(f"Recall by pair count, d_model {width}: each seed, and each design's solve rate")
     return fig
 
 

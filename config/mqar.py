@@ -1,9 +1,10 @@
-# Multi-query associative recall (recall.py): the probe of what a smaller KV cache forgets, as E6
-# runs it (docs/plan.md). 2 layers (one cannot do the two-step lookup), 4 heads (with one, MHA and
-# MQA are one model), d_model 64; sequences of 128 over a vocabulary of 320, fresh examples every
-# step, a mixture of 4, 8, 16 and 32 pairs, each scored apart (the capacity curve of one run).
+# Multi-query associative recall (recall.py): does a design learn the lookup, and does its cache
+# hold it (eval.py --recall scores by distance), as E6 and E7 run it (docs/plan.md). 2 layers (one
+# cannot do the two-step lookup), 4 heads (with one, MHA and MQA are one model), d_model 64;
+# sequences of 128 over a vocabulary of 320, fresh examples every step, a mixture of 4, 8, 16 and
+# 32 pairs, each scored apart.
 #   python train.py config/mqar.py --attn=gqa
-#   python train.py config/mqar.py --attn=mha --window=32      # the control that must forget
+#   python train.py config/mqar.py --attn=mha --window=32      # trained with a window of 32
 preset = "mqar"  # 2 layers, 4 heads, d_model 64, sequences of 128, vocabulary 320; each design at
                  # its default for the width: GQA 2 K/V heads, LRKV r = round(0.4 d_h), MLA d_c = d_h
 dataset = "mqar"
