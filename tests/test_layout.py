@@ -138,16 +138,3 @@ def test_the_readme_lists_every_file_with_its_size():
     wrong = [f"{p} {n}" for p, n in sorted(want.items()) if listed.get(p) != n] + sorted(set(listed) - set(want))
     assert wrong == [], f"README's files block: give these their sizes (or drop them): {', '.join(wrong)}"
 
-
-def test_train_chooses_its_task_once_and_imports_no_command_line_tool():
-    # the task's data and score live in modules training imports (text.py, recall.py); train.py picks
-    # one on one line and names none elsewhere, and imports no script a user runs
-    src = open(os.path.join(ROOT, "train.py"), encoding="utf-8").read()
-    tree = ast.parse(src)
-    imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-    assert not imported & {"eval", "plot", "bench", "gpu_check", "gpu_deep"}, imported
-    code = [line.split("#")[0] for line in src.splitlines()]
-    named = [line.strip() for line in code if re.search(r"\bmqar\b|\bMQAR\b|\bText\b", line)
-             and not re.match(r"(from|import) |mqar_\w+ = |dataset = ", line)]
-    assert named == ['Task = MQAR if dataset == "mqar" else Text'], named
