@@ -72,17 +72,12 @@ def standard_mha(cfg):
     return replace(cfg, attn="mha", k_eq_v=False, kv_share=1)
 
 
-def kv_layers(cfg):
-    # the layers that make keys and values: one a kv_share group
-    return cfg.n_layer // cfg.kv_share
-
-
 def params(cfg):
     """Every parameter: embedding, per layer (q, output, MLP), per K/V group (K/V path), head."""
     d = cfg.n_embd
     a = attention_counts(cfg)
     layer = a["q"] + d * d + 2 * d * cfg.mlp_hidden
-    return 2 * cfg.vocab_size * d + cfg.n_layer * layer + kv_layers(cfg) * a["kv"]
+    return 2 * cfg.vocab_size * d + cfg.n_layer * layer + cfg.kv_groups * a["kv"]
 
 
 def match_params(cfg):
@@ -95,7 +90,7 @@ def match_params(cfg):
 
 
 def kv_params(cfg):
-    return kv_layers(cfg) * attention_counts(cfg)["kv"]
+    return cfg.kv_groups * attention_counts(cfg)["kv"]
 
 
 def train_flops_per_token(cfg):
@@ -106,7 +101,7 @@ def train_flops_per_token(cfg):
     LRKV multiplies X by W_s, U and then B (it never forms the full d×d_h per-head weight), so its
     count is lower than MHA's: exactly its parameters. A norm's gain multiplies elementwise, not
     in a matmul, and is not counted (nor by torch's counter)."""
-    gains = kv_layers(cfg) * attention_counts(cfg)["gains"]
+    gains = cfg.kv_groups * attention_counts(cfg)["gains"]
     matmul_weights = params(cfg) - cfg.vocab_size * cfg.n_embd - gains
     return 6 * matmul_weights + 6 * cfg.n_layer * cfg.block_size * cfg.n_head * (d_qk(cfg) + cfg.head_dim)
 
@@ -117,7 +112,7 @@ def decode_flops_per_token(cfg, T):
     another order) plus each design's attention over the cache as its decode step computes it
     (attention_counts); with a sliding window, over the last min(T, window). This is the math's
     count at context T; a static cache of max_len slots computes over all of them."""
-    a, L, G = attention_counts(cfg), cfg.n_layer, kv_layers(cfg)
+    a, L, G = attention_counts(cfg), cfg.n_layer, cfg.kv_groups
     # a later layer of a K/V group reads its first layer's cache with that layer's read weights
     weights = params(cfg) - cfg.vocab_size * cfg.n_embd - G * a["gains"] + L * a["decode_w"]
     weights += (L - G) * a["read"]
@@ -143,7 +138,7 @@ def held(cfg, T):
 
 
 def kv_cache_bytes_per_token(cfg, bytes_per_elem=2):
-    return kv_layers(cfg) * attention_counts(cfg)["cache"] * bytes_per_elem
+    return cfg.kv_groups * attention_counts(cfg)["cache"] * bytes_per_elem
 
 
 def cache_bytes(cfg, T, batch=1, bytes_per_elem=2):
@@ -179,7 +174,7 @@ def memory_per_gpu(cfg, batch_size, world, fsdp, checkpointing=False):
     Plus activations, batch_size · block_size · activation_bytes_per_token, and the loss head's
     chunk of logits (bf16, fp32 and their gradient, 12 bytes each) and its weight gradient dW."""
     P, d, V = params(cfg), cfg.n_embd, cfg.vocab_size
-    A = 2 * V * d + kv_layers(cfg) * attention_counts(cfg)["gains"]
+    A = 2 * V * d + cfg.kv_groups * attention_counts(cfg)["gains"]
     M, block = P - A, (P - A) // cfg.n_layer  # hidden matrices; one block's
     states = 4 * P + 4 * P + 4 * M + 8 * A
     if fsdp:

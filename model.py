@@ -106,6 +106,11 @@ class GPTConfig:
                          "layers shares one layer's keys and values")
 
     @property
+    def kv_groups(self):
+        # the layers that make keys and values, one a kv_share group: the caches a model holds
+        return self.n_layer // self.kv_share
+
+    @property
     def head_dim(self):
         return self.n_embd // self.n_head
 
@@ -241,8 +246,8 @@ class GPT(nn.Module):
         if (max_len or 0) > self.cfg.block_size:
             raise ValueError(f"a KV cache of {max_len} tokens exceeds the context "
                              f"block_size={self.cfg.block_size}")
-        groups = self.cfg.n_layer // self.cfg.kv_share  # a cache a K/V group
-        return [KVCache(max_len or self.cfg.block_size, self.cfg.window) for _ in range(groups)]
+        return [KVCache(max_len or self.cfg.block_size, self.cfg.window)
+                for _ in range(self.cfg.kv_groups)]
 
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, **kwargs):
         """generate.generate(self, ...): decoding lives in generate.py."""

@@ -142,13 +142,12 @@ class NanoKVForCausalLM(PreTrainedModel, GenerationMixin):
         """cache's layers, a NanoKVLayer each. An empty cache of another kind (generate's
         DynamicCache of K/V layers, or the caller's) is given them."""
         cfg = self.model.cfg
-        groups = cfg.n_layer // cfg.kv_share  # a layer a K/V group: kv_share layers share one
         ours = all(isinstance(layer, NanoKVLayer) for layer in cache.layers)
-        if len(cache.layers) != groups or not ours:
+        if len(cache.layers) != cfg.kv_groups or not ours:  # a layer a K/V group
             if cache.get_seq_length():
                 raise ValueError("past_key_values holds another model's keys and values: pass the one this model "
                                  "returned, or none")
-            cache.layers = [NanoKVLayer(cfg.block_size, cfg.window) for _ in range(groups)]
+            cache.layers = [NanoKVLayer(cfg.block_size, cfg.window) for _ in range(cfg.kv_groups)]
             cache.layer_class_to_replicate = None
         return cache.layers
 

@@ -228,7 +228,7 @@ def test_decode_flops_per_token_equal_torchs_counter(attn, kw):
     # (linalg.vecdot, which reads the latents in place) is a product and a sum, 2·H·r a cached token
     unseen = 2 * cfg.n_head * cfg.lrkv_rank * 20 * cfg.n_layer if attn == "lrkv" and not cfg.lrkv_factored else 0
     if cfg.k_eq_v:  # K=V's cache made keys again, once a K/V group: RoPE and QK-norm, 6 an element
-        unseen += 6 * cfg.kv_heads * cfg.head_dim * 20 * cfg.n_layer // cfg.kv_share
+        unseen += 6 * cfg.kv_heads * cfg.head_dim * 20 * cfg.kv_groups
     assert counter.get_total_flops() + unseen == flops.decode_flops_per_token(cfg, 20)
 
 
