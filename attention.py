@@ -85,8 +85,7 @@ def padded(q, k, pad, window=0):
 
 def attend(q, k, v, scale=None, mask=None, window=0):
     # q (B, H, Tq, D), k (B, Hkv, Tk, D), v (B, Hkv, Tk, Dv) with Hkv dividing H -> (B, H, Tq, Dv)
-    B, H, Tq, D = q.shape
-    Hkv = k.size(1)
+    (B, H, Tq, D), Hkv = q.shape, k.size(1)
     if mask is None:  # training, or a prefill: causal, and the fused kernels take GQA
         if window and Tq > window:  # a banded mask (docs/performance.md: faster than flex here)
             return F.scaled_dot_product_attention(q, k, v, band(Tq, window, q.device), scale=scale,
@@ -356,10 +355,8 @@ class LRKV(nn.Module):
         q = norm(rope(self.c_q(x).view(B, T, H, d_h), cos_t, sin_t))  # (B, T, H, d_h)
         if kv is None:
             kv = self.keys_values(x, cos, sin, cos_t, sin_t, cache, pos, mask)
-        if pos is not None:
-            y = self.decode(q, *kv)  # (B, H, T, d_h)
-        else:
-            y = attend(q.transpose(1, 2), kv[0], kv[1], self.scale, kv[2], self.window)
+        y = (self.decode(q, *kv) if pos is not None  # (B, H, T, d_h)
+             else attend(q.transpose(1, 2), kv[0], kv[1], self.scale, kv[2], self.window))
         return self.c_proj(y.transpose(1, 2).reshape(B, T, H * d_h)), kv
 
     def keys_values(self, x, cos, sin, cos_t, sin_t, cache, pos, mask):

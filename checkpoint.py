@@ -142,17 +142,18 @@ def restore(run_dir, fsdp, model, optims, scaler, model_config, device):
 
 
 def resume(run_dir, fsdp, model, optims, scaler, model_config, device, train_config, master):
-    """--resume: (the checkpoint's step, the last step the log holds: -1 none, or not rank 0), with
-    the checkpoint loaded in place. The steps a killed run logged after its checkpoint are redone
-    exactly, so not logged again, unless another schedule makes them differ: then their lines are
-    dropped. Killed before its first checkpoint, the run starts again from step 0."""
+    """--resume: (the checkpoint's step, the last step the log holds, the step a stop_acc run
+    stopped at; -1: none, or not rank 0), with the checkpoint loaded in place. The steps a killed
+    run logged after its checkpoint are redone exactly, so not logged again, unless another
+    schedule makes them differ: then their lines are dropped. Killed before its first
+    checkpoint, the run starts again from step 0."""
     meta = restore(run_dir, fsdp, model, optims, scaler, model_config, device)
     start, max_iters = meta["step"] if meta else 0, train_config["max_iters"]
     if start > max_iters:
         fail(f"{run_dir} is at step {start}, past --max_iters={max_iters}; pass a larger "
              f"--max_iters to train on, or start a new --run_name")
     if start == max_iters:  # nothing to train: the log is left as it is
-        return start, -1
+        return start, -1, -1
     old = meta["train_config"] if meta else train_config
     changed = [k for k in train_config if (k in ("max_iters", "warmup_iters", "schedule", "min_lr_frac")
                                            or k.endswith("_lr")) and old.get(k) != train_config[k]]
@@ -161,21 +162,25 @@ def resume(run_dir, fsdp, model, optims, scaler, model_config, device, train_con
             f"{k} {old.get(k)} -> {train_config[k]}" for k in changed) + f"): steps after {start} follow "
             "the new one", file=sys.stderr)
     log_path = os.path.join(run_dir, "log.jsonl")
-    return start, logged(log_path, model_config, start if changed else None) if master else -1
+    last, stopped = (logged(log_path, model_config, start if changed else None) if master
+                     else (-1, -1))
+    return start, last, stopped
 
 
 def logged(log_path, model_config, drop_after=None):
-    """The last step a resumed run's log holds (-1: none), after checking its header is this model's;
-    drop_after=N first drops the lines of steps after N."""
+    """(The last step a resumed run's log holds, the step its score line says it stopped at; -1:
+    none), after checking its header is this model's; drop_after=N first drops the lines of steps
+    after N."""
     if not os.path.exists(log_path):
-        return -1
+        return -1, -1
     records = read_log(log_path)
     if records:
         same_model(records[0]["config"], model_config, f"{log_path} was written")
     if drop_after is not None:
         records = [r for r in records if r.get("step", -1) <= drop_after]
         write_log(log_path, records)
-    return max([r["step"] for r in records if r["type"] == "step"], default=-1)
+    return (max([r["step"] for r in records if r["type"] == "step"], default=-1),
+            next((r["step"] for r in records if r.get("stopped")), -1))
 
 
 def load_model(path, device="cpu"):

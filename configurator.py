@@ -87,3 +87,13 @@ def configure(path, g, argv, doc):
             fail(f"--{key}={val!r}: expected {want}")
         g[key] = float(val) if isinstance(default, float) and val is not None else val
     return list(meaning)
+
+
+def check(g, least, choices):
+    """Fails on a count below its least ({name: least}) or a name not among its choices."""
+    for k, n in least.items():
+        if g[k] < n:
+            fail(f"--{k}={g[k]} must be at least {n}")
+    for k, names in choices.items():
+        if g[k] not in names:
+            fail(f"--{k}={g[k]!r} is unknown; use {' or '.join(names)}")

@@ -54,8 +54,7 @@ class GPTConfig:
             bad("n_embd", f"head_dim n_embd/n_head = {self.head_dim} must be even for RoPE")
         H, d_h = self.n_head, self.head_dim
         if self.attn == "gqa" and self.n_kv_head is None:
-            # not 1 (that is MQA) nor H (MHA) where H allows
-            divisors = [g for g in range(2, H) if H % g == 0] or [1]
+            divisors = [g for g in range(2, H) if H % g == 0] or [1]  # not 1 (MQA) nor H (MHA)
             self.n_kv_head = min(divisors, key=lambda g: (abs(g - H / 4), -g))
         if self.attn == "lrkv":
             self.lrkv_rank = max(1, round(0.4 * d_h)) if self.lrkv_rank is None else self.lrkv_rank
@@ -74,8 +73,7 @@ class GPTConfig:
                 bad("mla_q_rank", "must be 0 (off) or a positive rank")
         # by what the design is, not its name: a design whose branch above is missing fails here
         for field in (f for f in DESIGNS[self.attn].settings if getattr(self, f) is None):
-            bad(field, f"--attn={self.attn} leaves it unset: give it a default in "
-                "GPTConfig.__post_init__")
+            bad(field, f"--attn={self.attn} leaves it unset: give it a default in __post_init__")
         kind = getattr(attention, DESIGNS[self.attn].cls, None)
         if kind is None:
             bad("attn", f"its row's class {DESIGNS[self.attn].cls} is not in attention.py")
@@ -88,8 +86,7 @@ class GPTConfig:
         if self.mlp_hidden < 1:
             bad("mlp_hidden", "the MLP's width must be at least 1 (None: 4·n_embd)")
         if not self.attn_scale > 0:
-            bad("attn_scale", "must be > 0: it multiplies the softmax scale 1/√d_h "
-                "(1 = the paper's)")
+            bad("attn_scale", "must be > 0, a factor on the softmax scale 1/√d_h (1: the paper's)")
 
     def _refuse(self, field, msg):
         raise ValueError(f"{field}={getattr(self, field)!r}: {msg}")
@@ -119,8 +116,7 @@ class GPTConfig:
         # the K/V heads of GroupedQueryAttention: H for mha, n_kv_head for gqa, 1 for mqa
         heads = {"mha": self.n_head, "gqa": self.n_kv_head, "mqa": 1}
         if self.attn not in heads:
-            raise ValueError(f"attn={self.attn!r}: GPTConfig.kv_heads has no entry for it; add "
-                             "how many K/V heads it has")
+            raise ValueError(f"attn={self.attn!r}: GPTConfig.kv_heads has no entry for it")
         return heads[self.attn]
 
 
@@ -270,8 +266,7 @@ PRESETS = {
                  n_kv_head=2, mla_kv_rank=1024, lrkv_rank=54),
     "cpu": dict(n_layer=4, n_head=4, n_embd=128, block_size=256, vocab_size=320,
                 n_kv_head=2, mla_kv_rank=32, lrkv_rank=13, attn_scale=2.0),
-    # MQAR (config/mqar.py): every design at model.py's default for the width, so a --n_embd sweep
-    # keeps each setting in proportion to d_h; vocabulary 320, as E4's
+    # MQAR (config/mqar.py): each design at the width's default (an --n_embd sweep keeps them ∝ d_h)
     "mqar": dict(n_layer=2, n_head=4, n_embd=64, block_size=128, vocab_size=320, attn_scale=2.0),
 }
 

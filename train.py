@@ -48,8 +48,7 @@ attn = "mha"  # the KV design: mha, gqa, mqa, mla or lrkv
 n_layer = n_head = n_embd = block_size = vocab_size = None  # None: the preset's (vocab: data's)
 n_kv_head = lrkv_rank = mla_kv_rank = mla_rope_dim = mla_q_rank = None  # None: preset's, model's
 mla_deepseek = None  # MLA with DeepSeek's widths (d_n = d_h) and a learnable kv_norm weight
-lrkv_factored = None  # LRKV with RoPE on the shared key only, K_h = RoPE(K_s) + R B_hᵀ:
-                      # exact absorbed decode
+lrkv_factored = None  # LRKV, RoPE on the shared key only, K_h = RoPE(K_s) + R B_hᵀ: exact absorbed
 window = None  # attend to the last `window` tokens only (sliding window, any design); None/0 = all
 attn_scale = None  # times the QK-normed designs' softmax scale 1/√d_h (cpu preset 2, paper's 1)
 mlp_hidden = None  # the MLP's width; None = 4·n_embd
@@ -59,8 +58,7 @@ match_params = False  # size the MLP to standard MHA's parameter count (flops.ma
 # data
 data_dir = "data"  # prepared datasets live in data_dir/<dataset>_<tokenizer>/
 dataset = "shakespeare"  # shakespeare (embedded), fineweb, your own (prepare.py), mqar (recall.py)
-mqar_pairs = [16]  # mqar: key-value pairs a sequence (its length block_size, tokens vocab_size);
-                   # several, e.g. [4,8,16,32]: a mixture, each count an equal share, scored apart
+mqar_pairs = [16]  # mqar: pairs a sequence; several ([4,8,16,32]): a mixture, each scored apart
 mqar_alpha = 0.01  # mqar: how far queries sit from the pairs, a power law (small: near)
 mqar_examples = 1024  # mqar: the fixed val and test sets; the learning curve reads a quarter
 tokenizer = "byte"  # byte for CPU runs, gpt2 for real ones
@@ -76,8 +74,7 @@ min_lr_frac = 0.0  # cosine decays to this fraction of each learning rate
 stop_acc = 0.0  # stop when the curve's held-out accuracy reaches this (task.solved); 0: off
 # optimiser: the paper's Muon for hidden matrices and AdamW for the rest (muon.py), or AdamW alone
 optimizer = "muon"  # muon or adamw
-muon_dtype = "auto"  # Newton-Schulz precision: auto = bf16 on GPUs (the paper's), fp32 on CPUs;
-                     # or bf16, fp32
+muon_dtype = "auto"  # Newton-Schulz: auto = bf16 on GPUs (the paper's), fp32 on CPUs; bf16, fp32
 matrix_lr = muon.MATRIX_LR  # Muon, every hidden weight matrix
 embed_lr = muon.EMBED_LR  # AdamW, token embedding
 head_lr = muon.HEAD_LR  # AdamW, output head
@@ -101,11 +98,10 @@ activation_checkpointing = False  # recompute each block in backward: less memor
 memory_limit_gb = 0.0  # refuse a run whose memory per rank would exceed this (0: the GPU's or RAM)
 # -----------------------------------------------------------------------------
 config_keys = configurator.configure(__file__, globals(), sys.argv[1:], __doc__)
-# counts the run divides by or counts to: below these, a crash or a run that never ends
-for k, least in dict(batch_size=1, total_batch_tokens=1, train_tokens=1, max_iters=0,
-                     eval_interval=1, log_interval=1).items():
-    if globals()[k] < least:
-        fail(f"--{k}={globals()[k]} must be at least {least}")
+# counts the run divides by or counts to (below: a crash or a run that never ends), and names
+configurator.check(globals(), least=dict(batch_size=1, total_batch_tokens=1, train_tokens=1,
+                                         max_iters=0, eval_interval=1, log_interval=1),
+                   choices=dict(schedule=("cosine", "constant"), optimizer=("muon", "adamw")))
 max_iters = max_iters or -(-train_tokens // total_batch_tokens)
 run_name = run_name or f"{preset}_{attn}_s{seed}"
 run_dir = os.path.join(out_dir, run_name)
@@ -140,35 +136,27 @@ compile = cuda if compile == "auto" else compile
 if cuda:
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
 amp = autocast(device, dtype)
-# a no-op unless fp16
-scaler = torch.amp.GradScaler(device.partition(":")[0], enabled=dtype == "fp16")
+scaler = torch.amp.GradScaler(device.partition(":")[0], enabled=dtype == "fp16")  # fp16 only
 
-# the model's shape, and whether a rank's share of the run fits in memory
 # the task, chosen here and nowhere else: recall examples made from seeds (recall.py), or a
-# prepared text (text.py); each says what it needs through the same face
+# prepared text (text.py), each saying what it needs through the same face; the model's shape
 Task = MQAR if dataset == "mqar" else Text
 try:
     tok = get_tokenizer(tokenizer)
     overrides = {k: globals()[k] for k in asdict(GPTConfig())
                  if k in config_keys and globals()[k] is not None}
-    # a text's vocabulary is its tokenizer's, padded for fast matmuls; a task of its own tokens
-    # takes the preset's
+    # a text's vocabulary: its tokenizer's, padded for fast matmuls; a task's own: the preset's
     if Task.tokenized or "vocab_size" not in PRESETS.get(preset, {}):
         overrides.setdefault("vocab_size", math.ceil(tok.vocab_size / 64) * 64)
     model_config = model_preset(preset, **overrides)
+    if match_params and mlp_hidden is not None:
+        fail("--match_params chooses mlp_hidden itself: pass one of the two")
+    model_config = flops.match_params(model_config) if match_params else model_config
     flops.accounting(model_config)  # a design flops.py has no formulas for is refused now
+    Task.check(train_config, model_config, tok)
+    ns_dtype = muon.newton_schulz_dtype(muon_dtype, native_bf16(device))
 except (ValueError, TypeError) as e:
     fail(str(e))
-if match_params:
-    if mlp_hidden is not None:
-        fail("--match_params chooses mlp_hidden itself: pass one of the two")
-    model_config = flops.match_params(model_config)
-try:
-    Task.check(train_config, model_config, tok)
-except ValueError as e:
-    fail(str(e))
-if schedule not in ("cosine", "constant"):
-    fail(f"--schedule={schedule!r} is unknown; use cosine or constant")
 if stop_acc and not hasattr(Task, "solved"):
     fail(f"--stop_acc: {dataset} has no solve rule to stop at; drop it")
 T = model_config.block_size
@@ -176,17 +164,10 @@ if total_batch_tokens % (batch_size * T * world):
     fail(f"total_batch_tokens={total_batch_tokens} must be a multiple of batch_size·block_size·"
          f"ranks = {batch_size}·{T}·{world}; change --batch_size or --total_batch_tokens")
 grad_accum = total_batch_tokens // (batch_size * T * world)
-limit = memory_limit_gb * 2**30 or device_memory(device)
 refusal = flops.memory_refusal(model_config, batch_size, world, fsdp, activation_checkpointing,
-                               limit)
+                               memory_limit_gb * 2**30 or device_memory(device))
 if refusal:  # now, rather than out of memory after minutes of building and compiling
     fail(refusal)
-if optimizer not in ("muon", "adamw"):
-    fail(f"--optimizer={optimizer!r} is unknown; use muon or adamw")
-try:
-    ns_dtype = muon.newton_schulz_dtype(muon_dtype, native_bf16(device))
-except ValueError as e:
-    fail(str(e))
 if check:
     sys.exit(0)
 
@@ -208,14 +189,11 @@ if warmup_iters >= max_iters:
 
 
 def get_batch(step):
-    """This rank's grad_accum micro-batches of the step's global batch: a function of (seed,
-    step)."""
+    # this rank's grad_accum micro-batches of the step's global batch: a function of (seed, step)
     mine = slice(rank * batch_size * grad_accum, (rank + 1) * batch_size * grad_accum)
-    # (2, grad_accum·B, T)
-    xy = torch.stack(task.batch(step, seed, batch_size * grad_accum * world, mine))
-    xy = xy.view(2, grad_accum, batch_size, T)
-    # the copy overlaps the GPU's work
-    xy = xy.pin_memory().to(device, non_blocking=True) if cuda else xy
+    xy = torch.stack(task.batch(step, seed, batch_size * grad_accum * world, mine))  # (2, A·B, T)
+    xy = xy.view(2, grad_accum, batch_size, T)  # A = grad_accum micro-batches of B
+    xy = xy.pin_memory().to(device, non_blocking=True) if cuda else xy  # overlaps the GPU's work
     return list(zip(xy[0], xy[1]))
 
 
@@ -226,9 +204,7 @@ with torch.device(device):
 if activation_checkpointing:  # each block keeps only its input; backward recomputes the rest
     for block in model.h:
         block.forward = functools.partial(checkpoint, block.forward, use_reentrant=False)
-# FSDP2: each block, then the rest, as DTensors sharded on dim 0, gathered whole for each block's
-# compute
-if fsdp:
+if fsdp:  # FSDP2: each block, then the rest, as DTensors sharded on dim 0, gathered to compute
     # bf16 as DDP's autocast computes it: a block's weights gathered in bf16, its fp32 input left
     # alone; embedding and head fp32, so the residual stream is fp32 as under DDP; reduced in fp32
     block_mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if dtype == "bf16" else None,
@@ -238,12 +214,9 @@ if fsdp:
     fully_shard(model, mp_policy=MixedPrecisionPolicy(reduce_dtype=torch.float32))
 
 # optimizer: the paper's Muon + AdamW, or AdamW for everything
-if optimizer == "muon":
-    optims = muon.optimizers(model, ns_dtype, matrix_lr, embed_lr, head_lr, weight_decay, betas)
-else:
-    optims = muon.adamw_only(model, adamw_lr, weight_decay, betas)
-# this run's, whatever a checkpoint saved
-base_lrs = [[g["lr"] for g in o.param_groups] for o in optims]
+optims = (muon.optimizers(model, ns_dtype, matrix_lr, embed_lr, head_lr, weight_decay, betas)
+          if optimizer == "muon" else muon.adamw_only(model, adamw_lr, weight_decay, betas))
+base_lrs = [[g["lr"] for g in o.param_groups] for o in optims]  # this run's, not a checkpoint's
 
 
 def lr_frac(step):
@@ -258,30 +231,22 @@ def lr_frac(step):
 
 
 # resume: the last checkpoint's weights, optimiser, scaler and RNG states, and its step; the steps
-# a killed run logged after it are redone, not logged again (last_logged)
+# a killed run logged after it are redone, not logged again (last_logged); one that stopped early
+# (stop_acc) stops there again, even where the kill came after its score line and before its save
 log_path = os.path.join(run_dir, "log.jsonl")
-start, last_logged = 0, -1
+start, last_logged, stopped_at = 0, -1, -1
 if resume:
-    start, last_logged = ckpt.resume(run_dir, fsdp, model, optims, scaler, asdict(model_config),
-                                     device, train_config, master)
-    if start == max_iters:
-        log(f"{run_name}: already at step {start} = max_iters, nothing to do; "
-            "a larger --max_iters trains on")
-        sys.exit(0)
+    start, last_logged, stopped_at = ckpt.resume(run_dir, fsdp, model, optims, scaler,
+                                                 asdict(model_config), device, train_config, master)
 elif master and os.path.exists(log_path):
-    fail(f"{run_dir} already holds a run; pass --resume to continue it or choose another "
-         "--run_name")
-# a run that stopped early (stop_acc) says where in its score line: a resumed one stops there
-# again, even where the kill came after that line and before its checkpoint
-stopped_at = -1
-if resume and master and os.path.exists(log_path):
-    stopped_at = next((r["step"] for r in ckpt.read_log(log_path) if r.get("stopped")), -1)
+    fail(f"{run_dir} already holds a run; pass --resume to continue it, or another --run_name")
 if ddp:  # every rank must agree on which steps evaluate, and where the run ends
     t = torch.tensor([last_logged, stopped_at], device=device)
     dist.broadcast(t, 0)
     last_logged, stopped_at = map(int, t)
-if start == stopped_at:
-    log(f"{run_name}: stopped at step {start}, solved (stop_acc={stop_acc}); nothing to do")
+if start in (max_iters, stopped_at):
+    log(f"{run_name}: at step {start}, " + (f"solved (stop_acc={stop_acc})" if start == stopped_at
+        else "max_iters (a larger --max_iters trains on)") + "; nothing to do")
     sys.exit(0)
 
 # compile the model, and wrap it in DDP (gradients averaged in backward) unless FSDP2 shards it
@@ -306,8 +271,7 @@ if master:
         config={**run_config, "run": run_name}, **flops.accounting(model_config),
         tokens_per_step=total_batch_tokens, world_size=world, git=git_commit(),
         device=f"{world}x {hardware}", threads=torch.get_num_threads(), torch=torch.__version__,
-        dtype=dtype,
-        held_out=task.held_out, time=time.strftime("%Y-%m-%d %H:%M:%S")))
+        dtype=dtype, held_out=task.held_out, time=time.strftime("%Y-%m-%d %H:%M:%S")))
 tracked = (track.start(tracker, tracker_project, run_name, run_dir, run_config, resume)
            if master else None)
 log(f"{run_name}: {model_config.attn}, {flops.params(model_config) / 1e6:.2f}M params, "
@@ -317,7 +281,6 @@ log(f"{run_name}: {model_config.attn}, {flops.params(model_config) / 1e6:.2f}M p
 
 # -----------------------------------------------------------------------------
 # training loop
-metric = task.metric
 ckpt_every = eval_interval if ckpt_interval is None else ckpt_interval
 t_start = t_ckpt = time.time()
 step = start
@@ -348,14 +311,13 @@ while True:  # `step` optimiser steps are done
         record.update(train_loss=train_loss, lr=optims[0].param_groups[0]["lr"], dt=dt,
                       tokens_per_s=tps,
                       mfu=flops_per_token * tps / (peak * world) if peak else None)
-    # not redone after a resume
-    evaluating = (step % eval_interval == 0 or last) and step > last_logged
+    evaluating = (step % eval_interval == 0 or last) and step > last_logged  # not redone on resume
     if evaluating:
         with amp:
             curve = task.score(model, "test", task.curve_part, batch_size)
         record.update({f"test_{k}": v for k, v in curve.items()})
         log(f"step {step}: test loss {record['test_loss']:.4f}, "
-            f"{metric} {record[f'test_{metric}']:.4f}")
+            f"{task.metric} {record[f'test_{task.metric}']:.4f}")
         # solved: this step is the run's last, scored, checkpointed and marked in the log
         if stop_acc and not last and task.solved(curve, stop_acc):
             last = saving = True
@@ -363,12 +325,11 @@ while True:  # `step` optimiser steps are done
     score = None
     if evaluating and last:  # the run's result: every example of both held-out splits
         score = dict(type="score", step=step, **({"stopped": True} if step == stopped_at else {}))
-        for split in ("val", "test"):
-            with amp:
-                whole = task.score(model, split, None, batch_size)
-            score.update({f"{split}_{k}": v for k, v in whole.items()})
+        with amp:
+            whole = {s: task.score(model, s, None, batch_size) for s in ("val", "test")}
+        score.update({f"{s}_{k}": v for s in whole for k, v in whole[s].items()})
         log(f"step {step}: every held-out {task.unit}: " + "; ".join(
-            f"{s} loss {score[f'{s}_loss']:.4f}, {metric} {score[f'{s}_{metric}']:.4f}"
+            f"{s} loss {score[f'{s}_loss']:.4f}, {task.metric} {score[f'{s}_{task.metric}']:.4f}"
             for s in ("val", "test")))
     if master and (evaluating or step % log_interval == 0) and step > last_logged:
         if score:  # first: a kill before the step line redoes the step, and its score with it
@@ -387,8 +348,7 @@ while True:  # `step` optimiser steps are done
         t_ckpt = time.time()
     if step > start and step % log_interval == 0:
         eta = (time.time() - t_start) / (step - start) * (max_iters - step)
-        log(f"step {step}/{max_iters} | loss {train_loss:.4f} | "
-            f"{total_batch_tokens / dt:,.0f} tok/s | "
+        log(f"step {step}/{max_iters} | loss {train_loss:.4f} | {tps:,.0f} tok/s | "
             f"lr x{lr_frac(step - 1):.3f} | ETA {eta / 60:.1f} min")
     if last:
         break
@@ -406,8 +366,7 @@ while True:  # `step` optimiser steps are done
             train_model.require_backward_grad_sync = i == grad_accum - 1
         with amp:
             _, loss = train_model(x, y)
-        # fp16: scaled up so that small gradients survive
-        scaler.scale(loss / grad_accum).backward()
+        scaler.scale(loss / grad_accum).backward()  # fp16: scaled up so small gradients survive
         loss_sum += loss.detach() / grad_accum
     if ddp:
         dist.all_reduce(loss_sum, op=dist.ReduceOp.AVG)
@@ -425,8 +384,7 @@ while True:  # `step` optimiser steps are done
 
 if tracked is not None:
     tracked.finish()
-# release what holds the process group (DDP's reducer) while the interpreter is whole, then
-# the group
+# release what holds the process group (DDP's reducer) while the interpreter is whole, then it
 if ddp:
     del train_model
     dist.destroy_process_group()

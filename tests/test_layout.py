@@ -10,7 +10,7 @@ SKIP = {".git", ".venv", ".ci", "data", "out", "__pycache__"}
 # the reading path, model.py + attention.py + train.py: issue 65's 1,100 lines, then 50 more for
 # what issues 64 and 66 added to it (the early stop and its schedule, K=V and kv_share), none over
 # 100 characters, rather than lines widened to fit a smaller count
-MAX_FILE, MAX_FUNCTION, READING_PATH, MAX_WIDTH = 500, 60, 1150, 100
+MAX_FILE, MAX_FUNCTION, READING_PATH, MAX_WIDTH = 500, 60, 1100, 100
 PATH = ("model.py", "attention.py", "train.py")  # what a newcomer reads: the GPT, the designs, the loop
 # files over the limit that another branch is changing now: they may not grow; split them, then
 # delete their line here
@@ -118,7 +118,7 @@ def wide_lines(path, text):
     return [f"{path}:{i} ({len(line)})" for i, line in enumerate(text.splitlines(), 1) if len(line) > MAX_WIDTH]
 
 
-def test_the_reading_path_is_at_most_1150_lines_each_on_a_screen():
+def test_the_reading_path_is_at_most_1100_lines_each_on_a_screen():
     # a line cap alone is met by widening lines: the width is held too, so it is met by simplifying
     texts = {p: open(os.path.join(ROOT, p), encoding="utf-8").read() for p in PATH}
     lines = {p: t.count("\n") for p, t in texts.items()}

@@ -391,7 +391,8 @@ def test_bad_input_gives_one_line_errors(tmp_path):
              (["--run_name=none", "--resume"], ["drop --resume"]), (["--tokenizer=bpe"], ["tokenizer 'bpe'"]),
              # --device=cpu is accepted: test_resume_restores_the_rng_state trains with it
              (["--device=gpu"], ["--device='gpu'", "cuda:N"]), (["--compile=maybe"], ["True, False or auto"]),
-             (["--dtype=fp8"], ["fp16"]), (["--match_params", "--mlp_hidden=100"], ["--match_params", "mlp_hidden"])] + [(["--device=cuda:1"], ["no CUDA GPU"])] * (not torch.cuda.is_available())
+             (["--dtype=fp8"], ["fp16"]), (["--match_params", "--mlp_hidden=100"], ["--match_params", "mlp_hidden"]),
+             (["--optimizer=sgd"], ["--optimizer='sgd' is unknown; use muon or adamw"])] + [(["--device=cuda:1"], ["no CUDA GPU"])] * (not torch.cuda.is_available())
     for args, words in cases:
         p = refused(tmp_path, *args)
         assert p.returncode == 2, p.stderr  # bad input: the same status in every script
