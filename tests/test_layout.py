@@ -1,6 +1,7 @@
 """How the repository reads: no import cycle among its own modules (a function-level import counts,
 since it only hides one), no file over 500 lines, no function over 60, a reading path of at most
-1,150 lines, none over 100 characters."""
+1,150 lines, none over 100 characters; docs/results.md, the current experiments, in at most 500
+lines, its links into the docs pointing at headings that exist."""
 import ast
 import os
 import re
@@ -15,6 +16,9 @@ PATH = ("model.py", "attention.py", "train.py")  # what a newcomer reads: the GP
 # files over the limit that another branch is changing now: they may not grow; split them, then
 # delete their line here
 OVER = {}
+# issue 65: results.md holds the current experiments only; their checks and descriptive tables, and
+# what later experiments replaced, go to archive.md, linked from where they stood
+RESULTS, MAX_RESULTS = os.path.join("docs", "results.md"), 500
 
 
 def sources(root):
@@ -138,3 +142,24 @@ def test_the_readme_lists_every_file_with_its_size():
     wrong = [f"{p} {n}" for p, n in sorted(want.items()) if listed.get(p) != n] + sorted(set(listed) - set(want))
     assert wrong == [], f"README's files block: give these their sizes (or drop them): {', '.join(wrong)}"
 
+
+
+def anchor(heading):
+    """GitHub's anchor for a Markdown heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_results_md_holds_the_current_experiments_in_at_most_500_lines():
+    text = open(os.path.join(ROOT, RESULTS), encoding="utf-8").read()
+    n = text.count("\n")
+    assert n <= MAX_RESULTS, (f"docs/results.md is {n} lines (at most {MAX_RESULTS}): move what is history or "
+                              "detail to docs/archive.md, with a link from where it stood")
+    # what moved stays reachable: each link into results.md, archive.md or training.md names a heading
+    docs = {f: open(os.path.join(ROOT, "docs", f), encoding="utf-8").read()
+            for f in ("results.md", "archive.md", "training.md")}
+    heads = {f: {anchor(h) for h in re.findall(r"^#+ (.+)$", t, re.M)} for f, t in docs.items()}
+    links = re.findall(r"\]\((results\.md|archive\.md|training\.md)?#([^)]+)\)", text)
+    broken = [f"{f or 'results.md'}#{a}" for f, a in links if a not in heads[f or "results.md"]]
+    assert len(links) > 10 and broken == [], broken
+    assert anchor("E3a. The learning rate, on the test split, and each design's rate chosen") == \
+        "e3a-the-learning-rate-on-the-test-split-and-each-designs-rate-chosen"
