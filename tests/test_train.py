@@ -358,7 +358,7 @@ def exits_in_one_line(main, argv, capsys=None):
 # every command line as a user meets it, from a fresh process: an unknown flag, a bad value, a
 # missing or unusable file; reproduce.sh's inputs are its environment variables
 COMMANDS = [("train.py", "--bogus=1"), ("train.py", "--batch_size=0"), ("train.py", "missing.py"),
-            ("train.py", "README.md"),  # a config file that is not Python
+            ("train.py", "README.md"), ("train.py", "--optimizer=sgd"),  # README.md: not Python
             ("eval.py", "x.pt", "--bogus"), ("eval.py", "x.pt", "--batch_size=0"), ("eval.py", "missing/ckpt.pt"),
             ("bench.py", "--bogus"), ("bench.py", "--rounds=0"), ("bench.py", "--muon_dtype=fp8"),
             ("prepare.py", "--bogus"), ("prepare.py", "text"), ("prepare.py", "text", "--input=missing/*.txt"),
@@ -391,8 +391,7 @@ def test_bad_input_gives_one_line_errors(tmp_path):
              (["--run_name=none", "--resume"], ["drop --resume"]), (["--tokenizer=bpe"], ["tokenizer 'bpe'"]),
              # --device=cpu is accepted: test_resume_restores_the_rng_state trains with it
              (["--device=gpu"], ["--device='gpu'", "cuda:N"]), (["--compile=maybe"], ["True, False or auto"]),
-             (["--dtype=fp8"], ["fp16"]), (["--match_params", "--mlp_hidden=100"], ["--match_params", "mlp_hidden"]),
-             (["--optimizer=sgd"], ["--optimizer='sgd' is unknown; use muon or adamw"])] + [(["--device=cuda:1"], ["no CUDA GPU"])] * (not torch.cuda.is_available())
+             (["--dtype=fp8"], ["fp16"]), (["--match_params", "--mlp_hidden=100"], ["--match_params", "mlp_hidden"])] + [(["--device=cuda:1"], ["no CUDA GPU"])] * (not torch.cuda.is_available())
     for args, words in cases:
         p = refused(tmp_path, *args)
         assert p.returncode == 2, p.stderr  # bad input: the same status in every script
