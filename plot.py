@@ -4,7 +4,8 @@ against training tokens (bottom axis) and compute (top axis), one line per atten
 averaged with a min-max band; and a table of each design's final loss over seeds, its paired
 difference to MHA (same seed, same data order) with a 95% interval and p, and the paper's metric,
 how much sooner it reaches MHA's final loss. Other modes draw something else: --pareto, loss
-against KV-cache size, and --lr, loss against the Muon rate (analysis/sweeps.py); --recall, MQAR
+against KV-cache size, and --lr, loss against the Muon rate (analysis/sweeps.py); --equal_cache,
+every way to cut the cache at 50% and 25% of MHA's (analysis/equal.py); --recall, MQAR
 solve rates (analysis/recall.py); --verdict, every experiment's answer (analysis/verdict.py). What
 reads and judges the logs is in analysis/, this file draws and writes.
 
@@ -19,6 +20,7 @@ python plot.py out/reproduce                     # what reproduce.sh draws
 python plot.py out/reproduce --x=flops --seeds   # against compute, with every seed's own curve
 python plot.py out/pareto --pareto               # what SWEEP=pareto bash reproduce.sh draws
 python plot.py out/lr --lr                       # what SWEEP=lr bash reproduce.sh draws
+python plot.py docs/runs/e8 docs/runs/e5 --equal_cache   # E8: narrow, drop or share the cache
 python plot.py out/recall --recall               # what SWEEP=recall bash reproduce.sh draws (MQAR)
 python plot.py --verdict                         # every experiment's answer, at a glance and in full
 python plot.py out/matched out/reproduce/cpu_mha_s*   # parameter-matched designs, the figure's MHA
@@ -35,6 +37,7 @@ import matplotlib.pyplot as plt
 
 from common import DESIGNS, fail, warn
 from analysis.curves import deltas, summarize
+from analysis.equal import equal_cache_mode
 from analysis.logs import load_runs, odd_runs
 from analysis.recall import recall_mode
 from analysis.stats import RULE, family, fmt, gap, gap_head, render, welch
@@ -197,10 +200,10 @@ def write(out, fig, table, notes, names):
 def one_experiment(dirs, args):
     """The runs under dirs, refused (exit 2) unless they are one experiment."""
     runs = load_runs(dirs)
-    odd = odd_runs(runs, sweep=args.pareto or args.recall, lr=args.lr or args.recall, own_rates=args.own_rates,
+    odd = odd_runs(runs, sweep=args.pareto or args.recall or args.equal_cache, lr=args.lr or args.recall, own_rates=args.own_rates,
                    free=("n_embd",) if args.recall else ())
     if odd:
-        hint = ("" if args.pareto or args.lr or args.own_rates or args.recall else
+        hint = ("" if args.pareto or args.lr or args.own_rates or args.recall or args.equal_cache else
                 "; a sweep? add --pareto or --lr; each design at its own Muon rate? --own_rates")
         fail(f"not one experiment, so not averaged: {'; '.join(odd)}; move these runs to a folder of "
              f"their own and plot each folder{hint}")
@@ -222,6 +225,9 @@ def parser():
                         help="a learning-rate sweep: final loss against the Muon rate")
     sweeps.add_argument("--recall", action="store_true",
                         help="MQAR runs: accuracy by design, width and pairs, against KV-cache size")
+    sweeps.add_argument("--equal_cache", action="store_true",
+                        help="every way to cut the cache (narrow, drop, share) against GQA at 50%% "
+                             "and MQA at 25%% (E8)")
     sweeps.add_argument("--own_rates", action="store_true",
                         help="the figure with each design at its own Muon rate (one rate a design)")
     p.add_argument("--reference", metavar="DIR", nargs="+",
@@ -247,14 +253,19 @@ def main(argv=None):
         return 0
     if args.reference and not args.recall:
         fail("--reference names the validity runs of --recall; add --recall")
-    if args.versus and (args.pareto or args.lr or args.recall):
-        fail("--versus compares two figures' gaps; it does not go with --pareto, --lr or --recall")
+    if args.versus and (args.pareto or args.lr or args.recall or args.equal_cache):
+        fail("--versus compares two figures' gaps; it does not go with a sweep or --recall")
     runs = one_experiment(args.dirs, args)
     other = one_experiment(args.versus, args) if args.versus else None
     if args.pareto:
         fig, table, notes, names = pareto_mode(runs)
     elif args.lr:
         fig, table, notes, names = lr_mode(runs)
+    elif args.equal_cache:
+        try:
+            fig, table, notes, names = equal_cache_mode(runs)
+        except ValueError as e:
+            fail(str(e))
     elif args.recall:
         try:
             fig, table, notes, names = recall_mode(runs, load_runs(args.reference) if args.reference else None)

@@ -1,0 +1,120 @@
+"""
+E8's comparison (plot.py --equal_cache): every way to cut the KV cache to a share of MHA's, set
+beside that share's incumbent (GQA with 2 K/V heads at 50%, MQA at 25%) on the same seeds. Three
+kinds of saving: narrow each token (GQA, MQA, MLA, LRKV), drop tokens (a sliding window), share
+what is cached (K=V, kv_share). One family per incumbent, Holm within it (docs/plan.md, E8).
+"""
+import matplotlib.pyplot as plt
+
+from common import DESIGNS
+from analysis.stats import MARGIN, RULE, family, fmt, gap, gap_head, render, seed_stats
+from analysis.sweeps import sweep, sweep_axes
+
+KINDS = {"narrow": "o", "drop": "s", "share": "^"}  # the figure's marker of each kind
+NEAR = 0.05  # a row joins the incumbent whose cache share is within 5 points of its own
+
+
+def kind(attn, config):
+    """How a setting saves cache: drop (a window), share (K=V, kv_share), narrow; None for MHA."""
+    if config.get("window"):
+        return "drop"
+    if config.get("k_eq_v") or (config.get("kv_share") or 1) > 1:
+        return "share"
+    return None if attn == "mha" else "narrow"
+
+
+def held_share(row):
+    # the cache's share of MHA's at the full context T: a window holds min(T, window) of T tokens
+    c = row["runs"][0]["config"]
+    T, w = c["block_size"], c.get("window") or 0
+    return row["kv_pct"] * (min(T, w) / T if w else 1)
+
+
+def incumbent(row):
+    # a family's reference: GQA or MQA as it ships, none of K=V, kv_share or a window
+    return row["attn"] in ("gqa", "mqa") and row["kind"] == "narrow"
+
+
+def families(runs):
+    """(rows, fams): every setting of the runs (analysis.sweeps.sweep) with its kind, cache share
+    at full context and parameters; fams, one per incumbent present, each a list of rows: the
+    incumbent first, then the other settings within NEAR of its share, each with its paired Δ to
+    the incumbent at the final step and Holm over the family."""
+    rows = sweep(runs)
+    for r in rows:
+        seeds = [x["config"].get("seed") for x in r["runs"]]
+        if len(set(seeds)) < len(seeds):  # two experiments' runs of one setting: which to pair?
+            raise ValueError(f"{', '.join(x['name'] for x in r['runs'])}: one setting with a seed twice; "
+                             "give plot.py one experiment's runs of each setting")
+        c = r["runs"][0]["config"]
+        r.update(kind=kind(r["attn"], c), share=held_share(r), params=r["runs"][0]["header"].get("params"),
+                 name=f"{r['label']} {r['setting']}" + (f" window {c['window']}" * bool(c.get("window"))))
+    incs = [r for r in rows if incumbent(r) and r["share"] is not None]
+    fams = []
+    for inc in sorted(incs, key=lambda r: -r["share"]):
+        near = [r for r in rows if r is not inc and r["kind"] and r["share"] is not None
+                and not incumbent(r) and abs(r["share"] - inc["share"]) <= NEAR]
+        near = sorted(near, key=lambda r: (list(KINDS).index(r["kind"]), r["share"]))
+        tested = [{**r, **seed_stats(r["runs"], inc["runs"], r["step"])} for r in near]
+        fams.append([inc, *family(tested)])
+    return rows, fams
+
+
+def word(r):
+    # the row's answer against its incumbent, as the plan reads it
+    if r.get("established"):
+        return "ahead" if r["diff"] < 0 else "behind"
+    return "= equal" if (r.get("tost") or 1) < 0.05 else "inconclusive"
+
+
+def answer(fam):
+    """The family's answer: its best row (established ahead, lowest mean Δ), or that none is."""
+    inc, rest = fam[0], fam[1:]
+    name = lambda r: r["name"]
+    ahead = sorted((r for r in rest if word(r) == "ahead"), key=lambda r: r["diff"])
+    if ahead:
+        return f"best at {inc['share']:.0%}: {name(ahead[0])} ({ahead[0]['diff']:+.4f} nats)"
+    equal = [name(r) for r in rest if word(r) == "= equal"]
+    return (f"at {inc['share']:.0%}: no way is better than {name(inc)}"
+            + (f"; shown equal: {', '.join(equal)}" if equal else ""))
+
+
+def draw(rows):
+    """Final test loss against cache bytes per token at full context, a marker per kind."""
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    pts = [r for r in rows if r["mean"] is not None and r["share"] is not None]
+    at = {id(r): round(r["share"] * r["kv"] / r["kv_pct"]) for r in pts}  # bytes, a window's at T
+    for r in pts:  # rows at one cache size side by side, 3% of x apart, so none hides another
+        same = [o for o in pts if at[id(o)] == at[id(r)]]
+        x = at[id(r)] * (1 + 0.03 * (same.index(r) - (len(same) - 1) / 2))
+        d = DESIGNS[r["attn"]]
+        ax.errorbar(x, r["mean"], yerr=r["sd"] or 0, color=d.colour, capsize=3,
+                    marker=KINDS.get(r["kind"], "D"), markersize=7, linestyle="none")
+        ax.annotate(r["name"], (x, r["mean"]), textcoords="offset points",
+                    xytext=(4, 4), fontsize=7, color=d.colour)
+    for k, m in {**KINDS, "full (MHA)": "D"}.items():  # the legend: kinds, not designs
+        ax.plot([], [], marker=m, color="grey", linestyle="none", label=k)
+    return sweep_axes(fig, ax, "KV cache per token at full context (bytes, bf16)",
+                      "Half and a quarter of the cache, every way")
+
+
+def equal_cache_mode(runs):
+    """E8's figure, its table (one block per family), the answers, and the files' names."""
+    rows, fams = families(runs)
+    head = ["family", "kind", "setting", "cache", "params", "seeds", "test loss",
+            *gap_head("Δ incumbent"), "reads"]
+    body = []
+    for fam in fams:
+        for r in fam:
+            inc = r is fam[0]
+            body.append([f"{fam[0]['share']:.0%}", "incumbent" if inc else r["kind"],
+                         r["name"], fmt(r["share"], ".1%"),
+                         fmt(r["params"], ",d"), str(r["n"]), fmt(r["mean"], ".4f"),
+                         *(["-"] * len(gap_head()) if inc else gap(r)), "-" if inc else word(r)])
+    answers = [answer(f) for f in fams]
+    notes = [f"final test loss at step {rows[0]['step']} (mean over seeds); cache: bytes per token "
+             "as the run's header counts them, a window's at the full context, as a share of MHA's",
+             RULE + "; Holm within each family (cache share), the families not corrected for each "
+             f"other; reads: ahead/behind where Holm's p < 0.05, '= equal' where ±{MARGIN} holds"]
+    table = render(head, body) + "\n\n" + "\n".join(f"- {a}" for a in answers)
+    return draw(rows)[0], table, notes, ("figure_equal_cache", "equal_cache.md")

@@ -1,0 +1,83 @@
+"""E8's comparison (plot.py --equal_cache) on synthetic logs whose answers are known: which rows join
+which incumbent, the paired Δ and its reading, the family's answer, the figure's kinds."""
+import os
+
+import numpy as np
+import pytest
+import matplotlib
+
+matplotlib.use("Agg")
+import plot  # noqa: E402
+from analysis import equal, logs  # noqa: E402
+from test_plot import SMALL, header, refused, step_lines, write  # noqa: E402
+
+MHA_KV = 2 * SMALL["n_layer"] * SMALL["n_embd"] * 2
+GQA = [2.80, 2.83, 2.81, 2.85]  # the 50% incumbent's final losses, seeds 0-3
+MQA = [2.90, 2.88, 2.93, 2.91]  # the 25% incumbent's
+# name: (attn, config, KV bytes a token as the header counts them, final losses)
+ROWS = {
+    "gqa": ("gqa", {}, MHA_KV // 2, GQA),
+    "mha_kv": ("mha", {"k_eq_v": True}, MHA_KV // 2, [g - 0.05 + e for g, e in zip(GQA, [0, -2e-3, 1e-3, -1e-3])]),
+    "mha_w128": ("mha", {"window": 128}, MHA_KV, [g + e for g, e in zip(GQA, [1e-3, -1e-3, 5e-4, -5e-4])]),
+    "mla": ("mla", {"mla_kv_rank": 112}, MHA_KV // 2, [g + e for g, e in zip(GQA, [0.03, -0.02, 0.04, -0.03])]),
+    "mqa": ("mqa", {}, MHA_KV // 4, MQA),
+    "gqa_kv": ("gqa", {"k_eq_v": True}, MHA_KV // 4, [m + e for m, e in zip(MQA, [0.020, 0.021, 0.019, 0.020])]),
+    "lrkv13": ("lrkv", {"lrkv_rank": 13}, int(MHA_KV * 0.7), [2.78, 2.80, 2.79, 2.81]),  # 70%: no family
+    "mha": ("mha", {}, MHA_KV, [2.75, 2.77, 2.76, 2.78]),  # the full cache: drawn, in no family
+}
+
+
+@pytest.fixture
+def e8(tmp_path):
+    d = tmp_path / "e8"
+    for name, (attn, cfg, kv, finals) in ROWS.items():
+        for seed, last in enumerate(finals):
+            h = header(attn, f"{name}_s{seed}", seed=seed, kv_bytes_per_token=kv)
+            h["config"].update(cfg)
+            write(d / h["run"], [h] + step_lines(attn, [4.0, 3.0, last]))
+    return d
+
+
+def test_families_pair_each_way_with_its_incumbent(e8):
+    rows, fams = equal.families(logs.load_runs([str(e8)]))
+    assert [[r["name"] for r in f] for f in fams] == [
+        ["GQA kv=2", "MLA d_c=112", "Standard MHA kv=4 window 128", "Standard MHA kv=4 K=V"],
+        ["MQA kv=1", "GQA kv=2 K=V"]]  # incumbent first, then narrow, drop, share; LRKV r=13 and MHA in none
+    half, quarter = fams
+    assert [r["kind"] for r in half[1:]] == ["narrow", "drop", "share"]
+    assert half[2]["share"] == pytest.approx(0.5) and half[2]["kv_pct"] == pytest.approx(1.0)  # 128 of 256
+    kv = half[3]
+    assert kv["diff"] == pytest.approx(np.mean([-0.05, -0.052, -0.049, -0.051])) and kv["pairs"] == 4
+    assert [equal.word(r) for r in half[1:]] == ["inconclusive", "= equal", "ahead"]
+    assert equal.word(quarter[1]) == "behind" and quarter[1]["p_holm"] == quarter[1]["p"]  # a family of one
+    assert half[3]["p_holm"] > half[3]["p"]  # Holm over the 50% family's three
+    assert equal.answer(half) == "best at 50%: Standard MHA kv=4 K=V (-0.0505 nats)"
+    assert equal.answer(quarter) == "at 25%: no way is better than MQA kv=1"
+    assert equal.answer([half[0], half[2]]) == (
+        "at 50%: no way is better than GQA kv=2; shown equal: Standard MHA kv=4 window 128")
+
+
+def test_equal_cache_mode_writes_the_table_and_the_figure(e8, capsys):
+    assert plot.main([str(e8), "--equal_cache"]) == 0
+    assert {"figure_equal_cache.png", "equal_cache.md"} <= set(os.listdir(e8))
+    md = (e8 / "equal_cache.md").read_text()
+    row = next(l for l in md.splitlines() if "K=V" in l and "Standard MHA" in l)
+    assert row.startswith("| 50% | share | Standard MHA kv=4 K=V | 50.0% |") and row.endswith("| ahead |")
+    assert "- best at 50%: Standard MHA kv=4 K=V" in md
+    rows, _ = equal.families(logs.load_runs([str(e8)]))
+    _, ax = equal.draw(rows)
+    marks = {t.get_text(): c.lines[0].get_marker() for t, c in zip(ax.texts, ax.containers)}
+    assert marks["Standard MHA kv=4 window 128"] == "s" and marks["GQA kv=2 K=V"] == "^"
+    assert marks["MLA d_c=112"] == "o" and marks["Standard MHA kv=4"] == "D"
+    x = {t.get_text(): c.lines[0].get_xdata()[0] for t, c in zip(ax.texts, ax.containers)}
+    half = [x[k] for k in ("GQA kv=2", "MLA d_c=112", "Standard MHA kv=4 window 128", "Standard MHA kv=4 K=V")]
+    assert np.mean(half) == pytest.approx(MHA_KV // 2) and min(np.diff(sorted(half))) > 0  # a window at T
+    assert x["Standard MHA kv=4"] == MHA_KV  # alone at its size: not moved
+
+
+def test_a_setting_with_a_seed_twice_is_refused(e8, capsys):
+    other = e8.parent / "again"
+    h = header("gqa", "gqa_s0", seed=0, kv_bytes_per_token=MHA_KV // 2)
+    write(other / "gqa_s0", [h] + step_lines("gqa", [4.0, 3.0, 2.9]))
+    line, _ = refused([str(e8), str(other), "--equal_cache"], capsys)
+    assert "a seed twice" in line
