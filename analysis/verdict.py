@@ -15,6 +15,7 @@ import textwrap
 
 from common import DESIGNS
 from analysis.curves import deltas, summarize
+from analysis.equal import families, word
 from analysis.logs import load_runs, odd_runs
 from analysis.recall import SOLVED, reference_cells, solve_groups, solve_rows
 from analysis.stats import MARGIN, family, holm, paired_t, render, welch
@@ -24,6 +25,7 @@ RUNS = "docs/runs"
 RECALL = "runs missing"  # E6's column before every planned run is in, so nothing is read early
 E6_SEEDS = 16  # E6's runs of each design and of the window (docs/plan.md); fewer: not read yet
 E6_PLAN = [("mha", 0), ("gqa", 0), ("mqa", 0), ("mla", 0), ("lrkv", 0), ("mha", 32)]  # (design, window)
+E8_PLAN, E8_SEEDS = [6, 7], 12  # E8's families' rows, incumbent included (50%, 25%), and seeds a row
 # the glance's columns: (experiment, header in plain words, what an established gap is called when
 # positive and when negative, None for a change in a gap, which has no equivalence margin; what the
 # key under the table adds). The codes go to the key, so a head reads without them
@@ -93,6 +95,30 @@ def same_cache(path):
     return r
 
 
+def equal_caches(root):
+    """E8's two families (analysis.equal.families) once every planned run is in, else None. The 50%
+    incumbent's runs, and LRKV r=7's, are E5's unless E8 ran them again (docs/plan.md)."""
+    path = os.path.join(root, "e8")
+    if not glob.glob(os.path.join(path, "*", "log.jsonl")):
+        return None
+    runs = load_runs([path])
+    if not any(r["attn"] == "gqa" and not r["config"].get("k_eq_v") and r["config"].get("kv_share", 1) == 1
+               for r in runs):
+        runs += load_runs([os.path.join(root, "e5")])
+    _, fams = families(runs)
+    whole = [len(f) for f in fams] == E8_PLAN and all(r["n"] == E8_SEEDS for f in fams for r in f)
+    return fams if whole else None
+
+
+def equal_cache_row(fam):
+    """The glance's row of one E8 family: its best way, or that none beats the incumbent."""
+    short = lambda r: r["name"].replace("Standard ", "")
+    ahead = sorted((r for r in fam[1:] if word(r) == "ahead"), key=lambda r: r["diff"])
+    best = f"{short(ahead[0])} {ahead[0]['diff']:+.3f} ahead" if ahead else f"none beats {short(fam[0])}"
+    cut = {0.5: "halve", 0.25: "quarter"}.get(round(fam[0]["share"], 2), f"{fam[0]['share']:.0%} of")
+    return [f"best way to {cut} the cache", f"{fam[0]['share']:.0%}", best, *["-"] * len(GLANCE)]
+
+
 def recall(root):
     """E6's primary family once every run is in: {(attn, window): its row at the hardest reference
     cell} (analysis.recall.solve_rows; MHA's row untested, the reference), or None. Each row also
@@ -134,7 +160,7 @@ def recall_cells(rows, passed):
             for k, r in rows.items()}
 
 
-def glance_table(cols, cache, e6, passed, e5):
+def glance_table(cols, cache, e6, passed, e5, e8=None):
     """The README's table: a word and a number a cell, heads in plain words, the codes in a key."""
     share = lambda a: f"{100 * cache[a]:.0f}%" if cache.get(a) else "-"  # a design E1 has no runs of: "-"
     cells = recall_cells(e6, passed) if e6 else {}
@@ -149,10 +175,11 @@ def glance_table(cols, cache, e6, passed, e5):
         a, b = e5["a"], e5["b"]
         body += [[f"{a['label']} {a['setting']} against {b['label']} ({100 * b['kv_pct']:.0f}%)",
                   f"{100 * a['kv_pct']:.0f}%", glance(e5, ("behind", "ahead")), *["-"] * len(GLANCE)]]
+    body += [equal_cache_row(f) for f in e8 or []]  # E8: every way to cut the cache, against GQA, MQA
     table = render(["design", "KV cache", *(h for _, h, _, _ in GLANCE), LOOKUP[1]], body)
     codes = [e for e, *_ in GLANCE] + [LOOKUP[0]]
     key = (f"Key: {', '.join(codes[:-1])} and {codes[-1]} by column" + ("; the row against GQA is E5" if e5 else "")
-           + ".")  # one line: the codes a head leaves out, each a section of docs/results.md
+           + ("; the best-way rows are E8" if e8 else "") + ".")  # one line: the codes a head leaves out, each a section of docs/results.md
     glosses = [f"{h[0].upper()}{h[1:]}: {gloss}." for _, h, _, gloss in GLANCE if gloss]
     lookup = (f"Learned the lookup (MQAR): runs of {e6['mha', 0]['n']} at test accuracy ≥{SOLVED} "
               f"with {e6['mha', 0]['pairs']} pairs after {e6['mha', 0]['steps']:,} steps on "
@@ -171,6 +198,7 @@ def verdict(root=RUNS):
     e6 = recall(root)
     passed = control(e6)[1] if e6 else None
     e5 = same_cache(os.path.join(root, "e5"))
+    e8 = equal_caches(root)
     share = lambda a: f"{100 * cache[a]:.0f}%" if cache.get(a) else "-"
     margin = {"E1": True, "E1 validation": True, "E3b": True, "E2": False, "E3a": False}
     ref = lambda a: ["reference"] * len(margin) if a == "mha" else None
@@ -195,7 +223,12 @@ def verdict(root=RUNS):
     same = e5 and (f"At the same cache (E5): {e5['a']['label']} with {e5['a']['setting']} "
                    f"({e5['a']['kv_pct']:.1%} of MHA's) minus {e5['b']['label']} with {e5['b']['setting']} "
                    f"({e5['b']['kv_pct']:.1%}), {e5['pairs']} seeds: {cell(e5)} (TOST p {e5['tost']:.2g}).")
-    return (glance_table(cols, cache, e6, passed, e5), full + (f"\n\n{wrap(same)}" if e5 else ""), wrap(notes))
+    every = [f"at {f[0]['share']:.0%}, against {f[0]['name']}: "
+             + "; ".join(f"{r['name']} {cell(r)}" for r in f[1:]) for f in e8 or []]
+    every = e8 and ("Every way to cut the cache (E8), Δ the row minus its incumbent, Holm within each share: "
+                    + "; ".join(every) + ".")
+    return (glance_table(cols, cache, e6, passed, e5, e8),
+            full + "".join(f"\n\n{wrap(p)}" for p in (same, every) if p), wrap(notes))
 
 
 def solve_cell(r, passed):

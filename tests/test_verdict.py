@@ -1,5 +1,6 @@
 """The verdict table: README's copy is what `plot.py --verdict` prints from the committed logs, and
 its cells are the numbers of each experiment's own table."""
+import json
 import os
 import re
 
@@ -228,3 +229,47 @@ def test_the_recall_column_waits_for_every_run_and_for_the_window_to_fall_behind
     assert {c[-1] for c in list(rows(short).values())[1:]} == {"probe failed"}
     assert rows(full)["MLA"][-1].endswith(") probe failed") and rows(full)["Standard MHA"][-1] == "16/16 reference"
     assert "the probe failed its check" in notes.replace("\n", " ")
+
+
+# E8's rows cloned from E5's GQA logs (one experiment, as the plan's runs are): name: (attn, flags,
+# KV bytes a token as the header counts them, shift of the final test loss from GQA's same seed)
+E8_ROWS = {"mha_kv": ("mha", {"k_eq_v": True}, 1024, -0.02), "mha_share2": ("mha", {"kv_share": 2}, 1024, 0.0),
+           "mla_dc112": ("mla", {"mla_kv_rank": 112}, 1024, 0.03), "mha_w128": ("mha", {"window": 128}, 2048, 0.01),
+           "mqa": ("mqa", {}, 512, 0.01), "gqa_kv": ("gqa", {"k_eq_v": True}, 512, 0.02),
+           "gqa_share2": ("gqa", {"kv_share": 2}, 512, 0.015), "mha_kv_share2": ("mha", {"k_eq_v": True, "kv_share": 2}, 512, 0.01),
+           "mla_dc48": ("mla", {"mla_kv_rank": 48}, 512, 0.04), "lrkv7_share2": ("lrkv", {"lrkv_rank": 7, "kv_share": 2}, 496, 0.012),
+           "mha_w64": ("mha", {"window": 64}, 2048, 0.03)}
+
+
+def e8_runs(tmp_path):
+    import shutil
+    root = tmp_path / "runs"
+    for exp in ("e1", "e2", "e3a", "e3b", "e5"):
+        shutil.copytree(os.path.join(ROOT, "docs", "runs", exp), root / exp)
+    for name, (attn, flags, kv, shift) in E8_ROWS.items():
+        for s in range(12):
+            lines = [json.loads(l) for l in open(root / "e5" / f"cpu_gqa_s{s}" / "log.jsonl")]
+            for rec in lines:
+                if rec["type"] == "header":
+                    rec.update(attn=attn, kv_bytes_per_token=kv, run=f"{name}_s{s}")
+                    rec["config"].update(attn=attn, **flags)
+                if rec["type"] == "score":  # each seed a little apart, so the paired Δ has a spread
+                    rec["test_loss"] += shift + 0.001 * (s % 3 - 1)
+            os.makedirs(root / "e8" / f"{name}_s{s}")
+            with open(root / "e8" / f"{name}_s{s}" / "log.jsonl", "w") as f:
+                f.write("".join(json.dumps(rec) + "\n" for rec in lines))
+    return root
+
+
+def test_e8s_rows_give_the_best_way_to_halve_and_quarter_once_every_run_is_in(tmp_path):
+    root = e8_runs(tmp_path)
+    short, full, _ = verdict.verdict(str(root))
+    glance = rows(short)
+    assert glance["best way to halve the cache"] == ["50%", "MHA kv=4 K=V -0.020 ahead", "-", "-", "-"]
+    # MQA is GQA + 0.01 and every 25% row at least as far behind: none beats it
+    assert glance["best way to quarter the cache"] == ["25%", "none beats MQA kv=1", "-", "-", "-"]
+    assert "the best-way rows are E8." in short and "Every way to cut the cache (E8)" in full
+    assert "LRKV r=7 " in full.split("Every way")[1]  # E5's runs stand in for E8's LRKV r=7 and GQA
+    assert_fits_a_glance(short)
+    os.remove(root / "e8" / "mla_dc48_s11" / "log.jsonl")  # a run short: E8 is not read early
+    assert "best way to halve the cache" not in rows(verdict.verdict(str(root))[0])
