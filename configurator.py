@@ -55,10 +55,13 @@ def configure(path, g, argv, doc):
                 src = open(arg).read()
             except OSError:
                 fail(f"config file {arg} not found; see config/ for the presets")
+            before = {k: g[k] for k in meaning}
             try:
                 exec(compile(src, arg, "exec"), g)
             except Exception as e:  # a config file is Python: its mistake is bad input too
                 fail(f"config file {arg}: {type(e).__name__}: {e}")
+            for k in (k for k in meaning if g[k] is not before[k]):  # what the file set, typed as a flag
+                g[k] = typed(g[k], before[k], k, f"config file {arg}: {k}")
             continue
         key, eq, val = arg[2:].partition("=")
         if key not in meaning:
@@ -67,26 +70,30 @@ def configure(path, g, argv, doc):
             val = ast.literal_eval(val) if eq else True
         except (ValueError, SyntaxError):
             pass  # a bare string such as --attn=lrkv
-        default = g[key]
-        if key == "compile" or isinstance(default, bool):
-            ok = isinstance(val, bool) or (key == "compile" and val == "auto")
-        elif default is None:  # "the preset's" or "automatic": checked where it is used
-            ok = val is None or isinstance(val, (int, float, str, bool))
-        elif isinstance(default, list):  # a list of the default's kind, or one item: --mqar_pairs=8
-            val = list(val) if isinstance(val, (list, tuple)) else [val]
-            ok = bool(val) and all(type(v) is type(default[0]) for v in val)
-        elif isinstance(default, float):
-            ok = isinstance(val, (int, float)) and not isinstance(val, bool)
-        elif isinstance(default, int) and isinstance(val, float) and val.is_integer():
-            ok, val = True, int(val)  # --train_tokens=5e9
-        else:
-            ok = type(val) is type(default)
-        if not ok:
-            want = ("True, False or auto" if key == "compile"
-                    else f"{type(default).__name__} like the default {default!r}")
-            fail(f"--{key}={val!r}: expected {want}")
-        g[key] = float(val) if isinstance(default, float) and val is not None else val
+        g[key] = typed(val, g[key], key, f"--{key}")
     return list(meaning)
+
+
+def typed(val, default, key, name):
+    """val in the type of the field's value so far, its default (an int where a float is due, one
+    item where a list is), or a one-line refusal that names it."""
+    if key == "compile" or isinstance(default, bool):
+        ok = isinstance(val, bool) or (key == "compile" and val == "auto")
+    elif default is None:  # "the preset's" or "automatic": checked where it is used
+        ok = val is None or isinstance(val, (int, float, str, bool))
+    elif isinstance(default, list):  # a list of the default's kind, or one item: --mqar_pairs=8
+        val = list(val) if isinstance(val, (list, tuple)) else [val]
+        ok = bool(val) and all(type(v) is type(default[0]) for v in val)
+    elif isinstance(default, float):
+        ok = isinstance(val, (int, float)) and not isinstance(val, bool)
+    elif isinstance(default, int) and isinstance(val, float) and val.is_integer():
+        ok, val = True, int(val)  # --train_tokens=5e9
+    else:
+        ok = type(val) is type(default)
+    if not ok:
+        want = "True, False or auto" if key == "compile" else f"{type(default).__name__} like the default {default!r}"
+        fail(f"{name}={val!r}: expected {want}")
+    return float(val) if isinstance(default, float) and val is not None else val
 
 
 def check(g, least, choices):

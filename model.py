@@ -54,8 +54,8 @@ class GPTConfig:
             bad("n_embd", f"head_dim n_embd/n_head = {self.head_dim} must be even for RoPE")
         H, d_h = self.n_head, self.head_dim
         if self.attn == "gqa" and self.n_kv_head is None:
-            divisors = [g for g in range(2, H) if H % g == 0] or [1]  # not 1 (MQA) nor H (MHA)
-            self.n_kv_head = min(divisors, key=lambda g: (abs(g - H / 4), -g))
+            gs = [g for g in range(2, H) if H % g == 0] or [1]  # not 1 (MQA), H (MHA) if H allows
+            self.n_kv_head = min(gs, key=lambda g: (abs(g - H / 4), -g))
         if self.attn == "lrkv":
             self.lrkv_rank = max(1, round(0.4 * d_h)) if self.lrkv_rank is None else self.lrkv_rank
             if not 0 < self.lrkv_rank <= d_h:
@@ -116,7 +116,7 @@ class GPTConfig:
         # the K/V heads of GroupedQueryAttention: H for mha, n_kv_head for gqa, 1 for mqa
         heads = {"mha": self.n_head, "gqa": self.n_kv_head, "mqa": 1}
         if self.attn not in heads:
-            raise ValueError(f"attn={self.attn!r}: GPTConfig.kv_heads has no entry for it")
+            raise ValueError(f"attn={self.attn!r}: add its K/V heads to GPTConfig.kv_heads")
         return heads[self.attn]
 
 

@@ -43,8 +43,10 @@ def start(kind, project, run_name, run_dir, config, resume):
     return lib.init(project=project, name=run_name, id=run_id, resume="allow", config=config)
 
 
-def log(run, record):
-    # every number of a log line; the step is the tracker's x axis
+def log(run, record, score=None):
+    # every number of a log line, and of the step's score line beside them, named apart (score_*);
+    # the step is the tracker's x axis
     if run is not None:
-        run.log({k: v for k, v in record.items() if k not in ("type", "step") and isinstance(v, (int, float))},
-                step=record["step"])
+        named = {f"score_{k}": v for k, v in (score or {}).items() if "_" in k}
+        run.log({k: v for k, v in {**record, **named}.items()
+                 if k not in ("type", "step") and isinstance(v, (int, float))}, step=record["step"])

@@ -48,7 +48,7 @@ attn = "mha"  # the KV design: mha, gqa, mqa, mla or lrkv
 n_layer = n_head = n_embd = block_size = vocab_size = None  # None: the preset's (vocab: data's)
 n_kv_head = lrkv_rank = mla_kv_rank = mla_rope_dim = mla_q_rank = None  # None: preset's, model's
 mla_deepseek = None  # MLA with DeepSeek's widths (d_n = d_h) and a learnable kv_norm weight
-lrkv_factored = None  # LRKV, RoPE on the shared key only, K_h = RoPE(K_s) + R B_hᵀ: exact absorbed
+lrkv_factored = None  # LRKV's keys RoPE(K_s) + R B_hᵀ, not RoPE(K_s + R B_hᵀ): exact, absorbed B_h
 window = None  # attend to the last `window` tokens only (sliding window, any design); None/0 = all
 attn_scale = None  # times the QK-normed designs' softmax scale 1/√d_h (cpu preset 2, paper's 1)
 mlp_hidden = None  # the MLP's width; None = 4·n_embd
@@ -58,7 +58,7 @@ match_params = False  # size the MLP to standard MHA's parameter count (flops.ma
 # data
 data_dir = "data"  # prepared datasets live in data_dir/<dataset>_<tokenizer>/
 dataset = "shakespeare"  # shakespeare (embedded), fineweb, your own (prepare.py), mqar (recall.py)
-mqar_pairs = [16]  # mqar: pairs a sequence; several ([4,8,16,32]): a mixture, each scored apart
+mqar_pairs = [16]  # mqar: pairs a sequence (block_size long); several: equal shares, scored apart
 mqar_alpha = 0.01  # mqar: how far queries sit from the pairs, a power law (small: near)
 mqar_examples = 1024  # mqar: the fixed val and test sets; the learning curve reads a quarter
 tokenizer = "byte"  # byte for CPU runs, gpt2 for real ones
@@ -148,14 +148,17 @@ try:
     # a text's vocabulary: its tokenizer's, padded for fast matmuls; a task's own: the preset's
     if Task.tokenized or "vocab_size" not in PRESETS.get(preset, {}):
         overrides.setdefault("vocab_size", math.ceil(tok.vocab_size / 64) * 64)
-    model_config = model_preset(preset, **overrides)
+    model_config = model_preset(preset, **overrides)  # TypeError: a model field of another type
+    flops.accounting(model_config)  # a design flops.py has no formulas for is refused now
+except (ValueError, TypeError) as e:
+    fail(str(e))
+try:
     if match_params and mlp_hidden is not None:
         fail("--match_params chooses mlp_hidden itself: pass one of the two")
     model_config = flops.match_params(model_config) if match_params else model_config
-    flops.accounting(model_config)  # a design flops.py has no formulas for is refused now
     Task.check(train_config, model_config, tok)
     ns_dtype = muon.newton_schulz_dtype(muon_dtype, native_bf16(device))
-except (ValueError, TypeError) as e:
+except ValueError as e:
     fail(str(e))
 if stop_acc and not hasattr(Task, "solved"):
     fail(f"--stop_acc: {dataset} has no solve rule to stop at; drop it")
@@ -301,10 +304,9 @@ while True:  # `step` optimiser steps are done
     if logging or saving:  # dt: the mean since the last wait
         train_loss, dt = loss_sum.item(), (time.time() - t_window) / (step - window_start)
         if int(first_bad) >= 0:  # the loss is averaged over ranks, so every rank stops here
-            if master:
-                print(f"error: train loss is NaN or inf at step {int(first_bad)}; stopped. "
-                      f"The last good checkpoint is {ckpt.latest(run_dir, fsdp)}: lower the "
-                      "learning rates and run again with --resume", file=sys.stderr)
+            log(f"error: train loss is NaN or inf at step {int(first_bad)}; stopped. The last "
+                f"good checkpoint is {ckpt.latest(run_dir, fsdp)}: lower the learning rates and "
+                "run again with --resume", file=sys.stderr)
             sys.exit(1)
     if logging:  # train_loss and lr are this step's
         tps = total_batch_tokens / dt
@@ -335,9 +337,7 @@ while True:  # `step` optimiser steps are done
         if score:  # first: a kill before the step line redoes the step, and its score with it
             ckpt.append_log(log_path, score)
         ckpt.append_log(log_path, record)
-        # one tracker line a step: the score's numbers beside the step's, named apart
-        named = {f"score_{k}": v for k, v in (score or {}).items() if "_" in k}
-        track.log(tracked, {**record, **named})
+        track.log(tracked, record, score)  # one tracker line a step, the score's numbers in it
     if saving:
         rng = dict(torch=torch.get_rng_state(),
                    cuda=torch.cuda.get_rng_state(device) if cuda else None)
@@ -384,7 +384,7 @@ while True:  # `step` optimiser steps are done
 
 if tracked is not None:
     tracked.finish()
-# release what holds the process group (DDP's reducer) while the interpreter is whole, then it
+# free DDP's reducer, which holds the process group, while the interpreter is whole; then the group
 if ddp:
     del train_model
     dist.destroy_process_group()

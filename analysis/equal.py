@@ -6,7 +6,7 @@ what is cached (K=V, kv_share). One family per incumbent, Holm within it (docs/p
 """
 import matplotlib.pyplot as plt
 
-from common import DESIGNS
+from common import DESIGNS, warn
 from analysis.stats import MARGIN, RULE, family, fmt, gap, gap_head, render, seed_stats
 from analysis.sweeps import sweep, sweep_axes
 
@@ -31,8 +31,9 @@ def held_share(row):
 
 
 def incumbent(row):
-    # a family's reference: GQA or MQA as it ships, none of K=V, kv_share or a window
-    return row["attn"] in ("gqa", "mqa") and row["kind"] == "narrow"
+    # a family's reference, as it ships (no K=V, kv_share or window): MQA, or GQA with 2 K/V heads
+    two = row["attn"] == "gqa" and row["runs"][0]["config"].get("n_kv_head") == 2
+    return (row["attn"] == "mqa" or two) and row["kind"] == "narrow"
 
 
 def families(runs):
@@ -57,6 +58,9 @@ def families(runs):
         near = sorted(near, key=lambda r: (list(KINDS).index(r["kind"]), r["share"]))
         tested = [{**r, **seed_stats(r["runs"], inc["runs"], r["step"])} for r in near]
         fams.append([inc, *family(tested)])
+        short = [r["name"] for r in tested if r["n"] < inc["n"]]
+        if short:  # the plan reads no row from part of its seeds
+            warn(f"{', '.join(short)}: fewer seeds than {inc['name']}'s {inc['n']}; not E8's whole row")
     return rows, fams
 
 
@@ -64,7 +68,7 @@ def word(r):
     # the row's answer against its incumbent, as the plan reads it
     if r.get("established"):
         return "ahead" if r["diff"] < 0 else "behind"
-    return "= equal" if (r.get("tost") or 1) < 0.05 else "inconclusive"
+    return "= equal" if r.get("tost") is not None and r["tost"] < 0.05 else "inconclusive"
 
 
 def answer(fam):
@@ -85,8 +89,8 @@ def draw(rows):
     pts = [r for r in rows if r["mean"] is not None and r["share"] is not None]
     at = {id(r): round(r["share"] * r["kv"] / r["kv_pct"]) for r in pts}  # bytes, a window's at T
     for r in pts:  # rows at one cache size side by side, 3% of x apart, so none hides another
-        same = [o for o in pts if at[id(o)] == at[id(r)]]
-        x = at[id(r)] * (1 + 0.03 * (same.index(r) - (len(same) - 1) / 2))
+        same = [id(o) for o in pts if at[id(o)] == at[id(r)]]
+        x = at[id(r)] * (1 + 0.03 * (same.index(id(r)) - (len(same) - 1) / 2))
         d = DESIGNS[r["attn"]]
         ax.errorbar(x, r["mean"], yerr=r["sd"] or 0, color=d.colour, capsize=3,
                     marker=KINDS.get(r["kind"], "D"), markersize=7, linestyle="none")

@@ -94,7 +94,8 @@ def load_run(path):
         warn(f"{path}: skipped unreadable line(s) {', '.join(map(str, bad[:5]))}{more}")
     config = header.get("config") if isinstance(header.get("config"), dict) else {}
     # fields older logs lack, as their default then was (text runs carry the MQAR knobs, unused)
-    config = {"lrkv_factored": False, "mqar_alpha": 0.01, "mqar_examples": 1024, "window": 0, **config}
+    config = {"lrkv_factored": False, "mqar_alpha": 0.01, "mqar_examples": 1024, "window": 0,
+              "k_eq_v": False, "kv_share": 1, **config}
     if "mlp_hidden" not in config and isinstance(config.get("n_embd"), int):
         config["mlp_hidden"] = 4 * config["n_embd"]
     # the test text: logs from before the val/test split scored the opening of val.bin (Hamlet)

@@ -97,14 +97,15 @@ def same_cache(path):
 
 def equal_caches(root):
     """E8's two families (analysis.equal.families) once every planned run is in, else None. The 50%
-    incumbent's runs, and LRKV r=7's, are E5's unless E8 ran them again (docs/plan.md)."""
+    incumbent's runs and LRKV r=7's are E5's, each unless E8 ran it again (docs/plan.md)."""
     path = os.path.join(root, "e8")
     if not glob.glob(os.path.join(path, "*", "log.jsonl")):
         return None
     runs = load_runs([path])
-    if not any(r["attn"] == "gqa" and not r["config"].get("k_eq_v") and r["config"].get("kv_share", 1) == 1
-               for r in runs):
-        runs += load_runs([os.path.join(root, "e5")])
+    plain = lambda r: not r["config"]["k_eq_v"] and r["config"]["kv_share"] == 1
+    for attn in ("gqa", "lrkv"):  # E5's rows: GQA kv=2 and LRKV r=7, neither shared
+        if not any(r["attn"] == attn and plain(r) for r in runs):
+            runs += load_runs(glob.glob(os.path.join(root, "e5", f"cpu_{attn}_s*")))
     _, fams = families(runs)
     whole = [len(f) for f in fams] == E8_PLAN and all(r["n"] == E8_SEEDS for f in fams for r in f)
     return fams if whole else None

@@ -70,3 +70,25 @@ def test_a_list_field_takes_a_list_or_one_item(tmp_path):
         assert g["pairs"] == want
     with pytest.raises(SystemExit):
         configurator.configure(str(script), {"pairs": [16]}, ["--pairs=[4,'x']"], "")
+
+
+def test_a_config_file_is_typed_as_the_flags_are(tmp_path, capsys):
+    # a config file's value of another type was taken as it came, to fail later with a traceback
+    # or a message naming no field; now it is refused in one line that names the file and field,
+    # and what a flag may give (an int for a float, one item for a list) is taken from a file too
+    import configurator
+    script = tmp_path / "s.py"
+    script.write_text("# ----\npairs = [16]  # counts\nlr = 0.1  # a rate\nsteps = 10  # a count\n# ----\n")
+    good = tmp_path / "good.py"
+    good.write_text("pairs = 8\nlr = 1\nsteps = 2e3\n")
+    g = {"pairs": [16], "lr": 0.1, "steps": 10}
+    configurator.configure(str(script), g, [str(good)], "")
+    assert (g["pairs"], g["lr"], g["steps"]) == ([8], 1.0, 2000) and type(g["lr"]) is float
+    for text, field in (("pairs = '16'\n", "pairs=['16']"), ("steps = 2.5\n", "steps=2.5")):
+        bad = tmp_path / "bad.py"
+        bad.write_text(text)
+        with pytest.raises(SystemExit) as e:
+            configurator.configure(str(script), {"pairs": [16], "lr": 0.1, "steps": 10}, [str(bad)], "")
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and err == f"error: config file {bad}: {field}: expected {err.split('expected ')[1]}"
+        assert len(err.splitlines()) == 1

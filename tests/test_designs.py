@@ -213,7 +213,7 @@ def test_a_sixth_design_of_a_shared_class_is_told_each_missing_step(monkeypatch)
     # when the config is made, not inside SDPA
     monkeypatch.setitem(DESIGNS, "gqa2", DESIGNS["gqa"]._replace(label="GQA-2", budget=None))
     kw = dict(n_layer=1, n_head=4, n_embd=64, block_size=16, vocab_size=32)
-    with pytest.raises(ValueError, match=r"^attn='gqa2': GPTConfig.kv_heads has no entry for it"):
+    with pytest.raises(ValueError, match=r"^attn='gqa2': add its K/V heads to GPTConfig.kv_heads"):
         GPTConfig(attn="gqa2", n_kv_head=2, **kw)
     kv_heads = GPTConfig.kv_heads
     monkeypatch.setattr(GPTConfig, "kv_heads", property(lambda c: c.n_kv_head if c.attn == "gqa2" else kv_heads.fget(c)))

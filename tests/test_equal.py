@@ -81,3 +81,27 @@ def test_a_setting_with_a_seed_twice_is_refused(e8, capsys):
     write(other / "gqa_s0", [h] + step_lines("gqa", [4.0, 3.0, 2.9]))
     line, _ = refused([str(e8), str(other), "--equal_cache"], capsys)
     assert "a seed twice" in line
+
+
+def test_old_logs_group_with_new_ones_and_only_gqa_kv2_or_mqa_leads(e8, capsys):
+    # a log from before K=V and kv_share (no such keys) is the same setting as one that says False
+    # and 1: the same seed in both is one seed twice, refused, not two incumbents
+    h = header("gqa", "gqa_s0", seed=0, kv_bytes_per_token=MHA_KV // 2)
+    h["config"].update(k_eq_v=False, kv_share=1)
+    write(e8.parent / "new" / "gqa_s0", [h] + step_lines("gqa", [4.0, 3.0, 2.9]))
+    assert "a seed twice" in refused([str(e8), str(e8.parent / "new"), "--equal_cache"], capsys)[0]
+    # GQA with 1 K/V head is a narrow row of the 25% share, not a second incumbent
+    for seed, last in enumerate([2.91, 2.90, 2.92, 2.93]):
+        h = header("gqa", f"gqa1_s{seed}", seed=seed, kv_bytes_per_token=MHA_KV // 4)
+        h["config"]["n_kv_head"] = 1
+        write(e8 / h["run"], [h] + step_lines("gqa", [4.0, 3.0, last]))
+    _, fams = equal.families(logs.load_runs([str(e8)]))
+    assert [r["name"] for r in fams[1]] == ["MQA kv=1", "GQA kv=1", "GQA kv=2 K=V"]
+
+
+def test_readings_at_the_edges(e8, capsys):
+    assert equal.word({"established": False, "tost": 0.0, "diff": 0.0}) == "= equal"  # se 0, inside
+    assert equal.word({"established": False, "tost": None}) == "inconclusive"  # one pair: no test
+    os.remove(e8 / "mla_s3" / "log.jsonl")  # a row short of its incumbent's seeds is said to be
+    equal.families(logs.load_runs([str(e8)]))
+    assert "MLA d_c=112: fewer seeds than GQA kv=2's 4" in capsys.readouterr().err

@@ -273,3 +273,15 @@ def test_e8s_rows_give_the_best_way_to_halve_and_quarter_once_every_run_is_in(tm
     assert_fits_a_glance(short)
     os.remove(root / "e8" / "mla_dc48_s11" / "log.jsonl")  # a run short: E8 is not read early
     assert "best way to halve the cache" not in rows(verdict.verdict(str(root))[0])
+
+
+@pytest.mark.parametrize("redo", ["gqa", "lrkv"])
+def test_e8_reads_e5s_rows_each_unless_e8_ran_it_again(tmp_path, redo):
+    # the plan's REDO of one of E5's rows: E8's runs of it replace E5's, E5's other row still counts
+    import shutil
+    root = e8_runs(tmp_path)
+    for s in range(12):
+        shutil.copytree(root / "e5" / f"cpu_{redo}_s{s}", root / "e8" / f"{redo}_s{s}")
+    short, full, _ = verdict.verdict(str(root))
+    assert rows(short)["best way to halve the cache"][1] == "MHA kv=4 K=V -0.020 ahead"
+    assert "LRKV r=7 +0.0032" in full.split("Every way")[1]  # one LRKV r=7 row, E5's numbers either way
