@@ -71,15 +71,18 @@ def word(r):
     return "= equal" if r.get("tost") is not None and r["tost"] < 0.05 else "inconclusive"
 
 
+def best(fam):
+    # the family's best way: the row established ahead of the incumbent with the lowest mean Δ
+    return min((r for r in fam[1:] if word(r) == "ahead"), key=lambda r: r["diff"], default=None)
+
+
 def answer(fam):
-    """The family's answer: its best row (established ahead, lowest mean Δ), or that none is."""
-    inc, rest = fam[0], fam[1:]
-    name = lambda r: r["name"]
-    ahead = sorted((r for r in rest if word(r) == "ahead"), key=lambda r: r["diff"])
-    if ahead:
-        return f"best at {inc['share']:.0%}: {name(ahead[0])} ({ahead[0]['diff']:+.4f} nats)"
-    equal = [name(r) for r in rest if word(r) == "= equal"]
-    return (f"at {inc['share']:.0%}: no way is better than {name(inc)}"
+    """The family's answer: its best row, or that none is better than the incumbent."""
+    inc, top = fam[0], best(fam)
+    if top:
+        return f"best at {inc['share']:.0%}: {top['name']} ({top['diff']:+.4f} nats)"
+    equal = [r["name"] for r in fam[1:] if word(r) == "= equal"]
+    return (f"at {inc['share']:.0%}: no way is better than {inc['name']}"
             + (f"; shown equal: {', '.join(equal)}" if equal else ""))
 
 

@@ -15,7 +15,7 @@ import textwrap
 
 from common import DESIGNS
 from analysis.curves import deltas, summarize
-from analysis.equal import families, word
+from analysis.equal import best, families, kind
 from analysis.logs import load_runs, odd_runs
 from analysis.recall import SOLVED, reference_cells, solve_groups, solve_rows
 from analysis.stats import MARGIN, family, holm, paired_t, render, welch
@@ -102,9 +102,8 @@ def equal_caches(root):
     if not glob.glob(os.path.join(path, "*", "log.jsonl")):
         return None
     runs = load_runs([path])
-    plain = lambda r: not r["config"]["k_eq_v"] and r["config"]["kv_share"] == 1
     for attn in ("gqa", "lrkv"):  # E5's rows: GQA kv=2 and LRKV r=7, neither shared
-        if not any(r["attn"] == attn and plain(r) for r in runs):
+        if not any(r["attn"] == attn and kind(attn, r["config"]) == "narrow" for r in runs):
             runs += load_runs(glob.glob(os.path.join(root, "e5", f"cpu_{attn}_s*")))
     _, fams = families(runs)
     whole = [len(f) for f in fams] == E8_PLAN and all(r["n"] == E8_SEEDS for f in fams for r in f)
@@ -114,10 +113,10 @@ def equal_caches(root):
 def equal_cache_row(fam):
     """The glance's row of one E8 family: its best way, or that none beats the incumbent."""
     short = lambda r: r["name"].replace("Standard ", "")
-    ahead = sorted((r for r in fam[1:] if word(r) == "ahead"), key=lambda r: r["diff"])
-    best = f"{short(ahead[0])} {ahead[0]['diff']:+.3f} ahead" if ahead else f"none beats {short(fam[0])}"
+    top = best(fam)
+    said = f"{short(top)} {top['diff']:+.3f} ahead" if top else f"none beats {short(fam[0])}"
     cut = {0.5: "halve", 0.25: "quarter"}.get(round(fam[0]["share"], 2), f"{fam[0]['share']:.0%} of")
-    return [f"best way to {cut} the cache", f"{fam[0]['share']:.0%}", best, *["-"] * len(GLANCE)]
+    return [f"best way to {cut} the cache", f"{fam[0]['share']:.0%}", said, *["-"] * len(GLANCE)]
 
 
 def recall(root):
