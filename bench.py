@@ -38,7 +38,8 @@ from muon import EMBED_LR, DistMuon, Muon, newton_schulz_dtype, ns_flops, optimi
 def design_cfgs(cfg, sharing=False):
     """{design: config} at cfg's shape, each keeping cfg's settings (GQA's K/V heads, r, d_c), and
     the factored LRKV as "lrkv-f". sharing: also each design that takes it with K=V ("mha=kv") and
-    with K/V shared by pairs of layers ("mha/2")."""
+    with K/V shared by pairs of layers ("mha/2"), and every other way E8 cuts MHA's cache to a half
+    or a quarter (equal_cache_cfgs)."""
     out = {a: replace(cfg, attn=a, lrkv_factored=False) for a in DESIGNS}
     out["lrkv-f"] = replace(out["lrkv"], lrkv_factored=True)
     for a in DESIGNS if sharing else ():
@@ -47,7 +48,37 @@ def design_cfgs(cfg, sharing=False):
                 out[name] = replace(out[a], **kw)
             except ValueError:  # a design without K=V, or an odd layer count
                 pass
-    return out
+    return {**out, **equal_cache_cfgs(out["mha"])} if sharing else out
+
+
+def equal_cache_cfgs(mha):
+    """E8's other rows (docs/plan.md) at mha's shape: MLA's d_c and LRKV's r, each the widest with
+    at most a half (MLA: and a quarter) of MHA's cache per token ("mla112", "lrkv7"); that LRKV
+    and MHA with K=V, each with kv_share 2 ("lrkv7/2", "mha=kv/2"); windows of a half and a
+    quarter of the context ("mha w128"). A way the shape cannot take is left out."""
+    share = lambda c: flops.kv_cache_bytes_per_token(c) / flops.kv_cache_bytes_per_token(mha)
+
+    def widest(attn, knob, f):  # the widest setting of knob with at most f of MHA's cache
+        fits = []
+        for v in range(1, mha.n_embd):
+            try:
+                fits += [c] if share(c := replace(mha, attn=attn, **{knob: v})) <= f else []
+            except ValueError:  # a width the design refuses
+                pass
+        return fits[-1] if fits else None
+    ways, lrkv = {}, widest("lrkv", "lrkv_rank", 1 / 2)
+    for c in (widest("mla", "mla_kv_rank", 1 / 2), widest("mla", "mla_kv_rank", 1 / 4), lrkv):
+        if c:
+            ways[f"{c.attn}{c.mla_kv_rank if c.attn == 'mla' else c.lrkv_rank}"] = c
+    halves = [(f"lrkv{lrkv.lrkv_rank}/2", lrkv)] if lrkv else []
+    for name, c in halves + [("mha=kv/2", replace(mha, k_eq_v=True))]:
+        try:
+            ways[name] = replace(c, kv_share=2)
+        except ValueError:  # an odd layer count
+            pass
+    for f in (2, 4):
+        ways[f"mha w{mha.block_size // f}"] = replace(mha, window=mha.block_size // f)
+    return ways
 
 
 def shape(cfg):
@@ -334,18 +365,19 @@ def print_decode(args, cfg, device, dtype):
           "FLOPs (flops.decode_flops_per_token) take at the measured rates, the slower of the two"
           + ("; % peak: GB/s of the device's peak bandwidth" if peak_bw else "")
           + ("; no-cache: ms a token without a cache (full forward)" if nc else ""))
-    print(f"{'design':7} {'mode':>8} {'context':>7} {'ms':>8} {'tok/s':>8} {'vs MHA':>6} {'KV %':>5} "
+    print(f"{'design':8} {'mode':>8} {'context':>7} {'ms':>8} {'tok/s':>8} {'vs MHA':>6} {'KV %':>5} "
           f"{'MB':>8} {'GB/s':>7} "
           f"{'% read':>6} {'GFLOP':>7} {'roofline':>8} {'% roof':>6}" + (f" {'% peak':>6}" if peak_bw else "")
           + (f" {'no-cache':>8}" if nc else ""))
+    cfgs = design_cfgs(cfg, args.sharing)
     for mode in modes:
-        for a, c in design_cfgs(cfg, args.sharing).items():
-            kv = flops.kv_cache_bytes_per_token(c) / flops.kv_cache_bytes_per_token(flops.standard_mha(c))
+        for a, c in cfgs.items():
             for N in contexts:
                 r = res[a, N, mode]
+                kv = flops.cache_bytes(c, N) / flops.cache_bytes(cfgs["mha"], N)  # a window's at N
                 gflop = r["mflop"] * batch / 1e3
                 roof = 1e3 * max(r["bytes"] / read, gflop * 1e9 / rate)  # ms
-                print(f"{a:7} {mode:>8} {N:7d} {r['ms']:8.3f} {r['tok_s']:8.0f} {r['vs_mha']:5.2f}x {kv:5.0%} "
+                print(f"{a:8} {mode:>8} {N:7d} {r['ms']:8.3f} {r['tok_s']:8.0f} {r['vs_mha']:5.2f}x {kv:5.0%} "
                       f"{r['bytes'] / 1e6:8.1f} {r['gbs']:7.1f} {r['gbs'] * 1e9 / read:6.0%} {gflop:7.3f} "
                       f"{roof:8.3f} {roof / r['ms']:6.0%}" + (f" {r['gbs'] * 1e9 / peak_bw:6.1%}" if peak_bw else "")
                       + (f" {r['ms_no_cache']:8.3f}" if nc else ""))
@@ -431,7 +463,8 @@ def main(argv=None):
                    help="decode: eager, compiled and/or graphs (CUDA graphs), side by side")
     p.add_argument("--no_cache", action="store_true", help="decode: add the cost of a token without a cache")
     p.add_argument("--sharing", action="store_true",
-                   help="decode: also each design with K=V (name=kv) and with kv_share=2 (name/2)")
+                   help="decode: also each design with K=V (name=kv) and with kv_share=2 (name/2), "
+                   "and E8's other ways to a half and a quarter of MHA's cache (mla112, lrkv7/2, mha w128)")
     p.add_argument("--context", type=int, default=None, help="kv: tokens prefilled (default block_size)")
     args = p.parse_args(argv)
     device = resolve_device(args.device)

@@ -2,6 +2,7 @@
 import os
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 import torch
@@ -53,15 +54,26 @@ def test_design_cfgs_keep_the_shape_and_gqa_its_heads():
     assert cfgs["lrkv"].lrkv_rank == 6 and cfgs["mla"].mla_kv_rank == 24 and cfgs["lrkv-f"].lrkv_factored
 
 
-def test_decode_bench_with_sharing_adds_k_eq_v_and_kv_share_where_they_apply():
+def test_decode_bench_with_sharing_adds_k_eq_v_kv_share_and_e8s_ways_where_they_apply():
     cfgs = bench.design_cfgs(tiny("gqa"), sharing=True)
+    half = lambda a: flops.kv_cache_bytes_per_token(cfgs[a]) / flops.kv_cache_bytes_per_token(cfgs["mha"])
+    # tiny: 2 layers, 4 heads of 16, context 32; MLA's rope part is 8 wide, LRKV's r at most 16
     assert set(cfgs) - set(bench.design_cfgs(tiny("gqa"))) == \
-        {"mha=kv", "gqa=kv", "mqa=kv", *(f"{a}/2" for a in DESIGNS)}  # MLA and LRKV refuse K=V
+        {"mha=kv", "gqa=kv", "mqa=kv", *(f"{a}/2" for a in DESIGNS),  # MLA and LRKV refuse K=V
+         "mla56", "mla24", "lrkv3", "lrkv3/2", "mha=kv/2", "mha w16", "mha w8"}
     assert cfgs["gqa=kv"].k_eq_v and cfgs["lrkv/2"].kv_share == 2 and not cfgs["lrkv/2"].k_eq_v
-    res = bench.decode_bench(tiny("gqa"), [8], steps=1, warmup=0, designs=("mha", "mha=kv", "mla/2"),
-                             sharing=True)
-    assert {a for a, _, _ in res} == {"mha", "mha=kv", "mla/2"} and res["mha", 8, "eager"]["vs_mha"] == 1
+    # the widest within the share: one more of d_c or r would pass it
+    assert [half(a) for a in ("mla56", "mla24", "mha=kv/2")] == [0.5, 0.25, 0.25]
+    assert 0.5 - 1 / 16 < half("lrkv3") <= 0.5 and half("lrkv3/2") == half("lrkv3") / 2
+    assert cfgs["mha w8"].window == 8 and cfgs["mha=kv/2"].k_eq_v and cfgs["mha=kv/2"].kv_share == 2
+    assert "lrkv3/2" not in bench.equal_cache_cfgs(replace(cfgs["mha"], n_layer=3))  # 3 layers: no pairs
+    res = bench.decode_bench(tiny("gqa"), [8, 32], steps=1, warmup=0, sharing=True,
+                             designs=("mha", "mha=kv", "mla/2", "mha w16"))
+    assert {a for a, _, _ in res} == {"mha", "mha=kv", "mla/2", "mha w16"} and res["mha", 8, "eager"]["vs_mha"] == 1
     assert res["mha=kv", 8, "eager"]["bytes"] < res["mha", 8, "eager"]["bytes"]  # half the cache
+    # a window of 16 holds all 8 tokens at context 8, and half of them at 32
+    assert res["mha w16", 8, "eager"]["bytes"] == res["mha", 8, "eager"]["bytes"]
+    assert res["mha w16", 32, "eager"]["bytes"] < res["mha", 32, "eager"]["bytes"]
 
 
 @pytest.mark.parametrize("modes", [("eager",), ("eager", "compiled")])
