@@ -200,9 +200,9 @@ class GroupedQueryAttention(nn.Module):
             c, mask = cache.write(pos, mask, **(dict(kv=v) if self.k_eq_v else dict(k=k, v=v)))
             if pos is not None and self.k_eq_v:  # K=V's Hkv·d_h: keys made at each slot's position
                 held = cache.held(pos[-1:]).clamp(min=0)
-                v = c["kv"]  # (B, Hkv, max_len, d_h), read in place
-                k = norm(rope(v.transpose(1, 2), cos[..., held, :], sin[..., held, :]))
-                k = k.transpose(1, 2)
+                v = c["kv"]  # (B, Hkv, max_len, d_h), read in place; its keys made head-major too
+                cs = (t[..., held, :].unsqueeze(-3) for t in (cos, sin))  # (B, 1, max_len, d_h/2)
+                k = norm(rope(v.unsqueeze(-2), *cs)).squeeze(-2)  # (B, Hkv, max_len, d_h)
             elif pos is not None:
                 k, v = c["k"], c["v"]  # (B, Hkv, max_len, d_h), read in place
         return k, v, mask

@@ -83,7 +83,9 @@ def left_padded(rows):
 
 @pytest.mark.parametrize("attn, kw", [(a, {}) for a in DESIGNS] + [("lrkv", dict(lrkv_factored=True)),
                                                                    ("lrkv", dict(window=4)), ("mla", dict(window=4)),
-                                                                   ("mha", dict(window=4))])
+                                                                   ("mha", dict(window=4)),
+                                                                   ("mha", dict(k_eq_v=True)),  # keys made per row
+                                                                   ("gqa", dict(k_eq_v=True, window=4))])
 def test_a_left_padded_batch_gives_each_row_the_tokens_it_gives_alone(attn, kw):  # a window: across its ring's wrap
     model = randomized(tiny(attn, **kw))
     rows = [(prompt(model.cfg, 1, T)[0] + i) % model.cfg.vocab_size for i, T in enumerate((3, 9, 6))]
