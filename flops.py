@@ -127,9 +127,11 @@ def paper_flops_per_token(cfg):
 def decode_bytes(cfg, T, batch=1, bytes_per_elem=2):
     """The least one decode step at context T must read from memory: every weight it multiplies
     (the layers' and the head's; of the embedding only a row a sequence, left out), once for the
-    whole batch, and the KV cache of every sequence."""
+    whole batch, and the KV cache of every sequence, once for each layer that reads it: a kv_share
+    group's cache is read by each of its layers, one after another, so a step reads as many cache
+    bytes as without sharing (what sharing cuts is the memory a cache holds, cache_bytes)."""
     weights = params(cfg) - cfg.vocab_size * cfg.n_embd
-    return weights * bytes_per_elem + cache_bytes(cfg, T, batch, bytes_per_elem)
+    return weights * bytes_per_elem + cfg.kv_share * cache_bytes(cfg, T, batch, bytes_per_elem)
 
 
 def held(cfg, T):

@@ -241,9 +241,10 @@ def test_cache_bytes_allocated_equal_formula(attn, kw):
         model(tokens(cfg, B=3, T=20), caches=caches)
     allocated = sum(c.nbytes() for c in caches)
     assert allocated == 3 * 20 * flops.kv_cache_bytes_per_token(cfg, bytes_per_elem=4)
-    # what a decode step must read: the caches and every weight but the embedding table
+    # what a decode step must read: every weight but the embedding table, and each layer's cache
+    # (a kv_share group's, read by each of its layers)
     weights = sum(p.numel() * 4 for n, p in model.named_parameters() if n != "wte.weight")
-    assert flops.decode_bytes(cfg, 20, batch=3, bytes_per_elem=4) == allocated + weights
+    assert flops.decode_bytes(cfg, 20, batch=3, bytes_per_elem=4) == cfg.kv_share * allocated + weights
 
 
 @pytest.mark.parametrize("attn, kw", VARIANTS)
