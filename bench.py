@@ -365,7 +365,7 @@ def print_decode(args, cfg, device, dtype):
           "FLOPs (flops.decode_flops_per_token) take at the measured rates, the slower of the two"
           + ("; % peak: GB/s of the device's peak bandwidth" if peak_bw else "")
           + ("; no-cache: ms a token without a cache (full forward)" if nc else ""))
-    print(f"{'design':8} {'mode':>8} {'context':>7} {'ms':>8} {'tok/s':>8} {'vs MHA':>6} {'KV %':>5} "
+    print(f"{'design':9} {'mode':>8} {'context':>7} {'ms':>8} {'tok/s':>8} {'vs MHA':>6} {'KV %':>5} "
           f"{'MB':>8} {'GB/s':>7} "
           f"{'% read':>6} {'GFLOP':>7} {'roofline':>8} {'% roof':>6}" + (f" {'% peak':>6}" if peak_bw else "")
           + (f" {'no-cache':>8}" if nc else ""))
@@ -377,7 +377,7 @@ def print_decode(args, cfg, device, dtype):
                 kv = flops.cache_bytes(c, N) / flops.cache_bytes(cfgs["mha"], N)  # a window's at N
                 gflop = r["mflop"] * batch / 1e3
                 roof = 1e3 * max(r["bytes"] / read, gflop * 1e9 / rate)  # ms
-                print(f"{a:8} {mode:>8} {N:7d} {r['ms']:8.3f} {r['tok_s']:8.0f} {r['vs_mha']:5.2f}x {kv:5.0%} "
+                print(f"{a:9} {mode:>8} {N:7d} {r['ms']:8.3f} {r['tok_s']:8.0f} {r['vs_mha']:5.2f}x {kv:5.0%} "
                       f"{r['bytes'] / 1e6:8.1f} {r['gbs']:7.1f} {r['gbs'] * 1e9 / read:6.0%} {gflop:7.3f} "
                       f"{roof:8.3f} {roof / r['ms']:6.0%}" + (f" {r['gbs'] * 1e9 / peak_bw:6.1%}" if peak_bw else "")
                       + (f" {r['ms_no_cache']:8.3f}" if nc else ""))
