@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # E8's runs (docs/plan.md), two at a time on one thread each, resumable: the same command finishes
 # what a kill left. From the repository root, in the plan's order:
-#   bash docs/runs/e8/runs.sh check   # GQA and LRKV r=7 seed 0, 50 steps, against E5's logs -> out/e8check
+#   bash docs/runs/e8/runs.sh check   # GQA and LRKV r=7 seed 0, 50 steps: losses at 10-30 against E5's -> out/e8check
 #   bash docs/runs/e8/runs.sh half    # the 50% family's new rows (and GQA, LRKV r=7 if the check failed: REDO="gqa lrkv7")
 #   bash docs/runs/e8/runs.sh quarter # MQA again, then the 25% family's rows
 #   DRY=1 ...                         # print the commands only
