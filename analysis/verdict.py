@@ -26,6 +26,7 @@ RECALL = "runs missing"  # E6's column before every planned run is in, so nothin
 E6_SEEDS = 16  # E6's runs of each design and of the window (docs/plan.md); fewer: not read yet
 E6_PLAN = [("mha", 0), ("gqa", 0), ("mqa", 0), ("mla", 0), ("lrkv", 0), ("mha", 32)]  # (design, window)
 E8_PLAN, E8_SEEDS = [6, 7], 12  # E8's families' rows, incumbent included (50%, 25%), and seeds a row
+E8_ENDED = "ENDED"  # written by docs/runs/e8/runs.sh when the budget ends E8 at fewer whole seeds
 # the glance's columns: (experiment, header in plain words, what an established gap is called when
 # positive and when negative, None for a change in a gap, which has no equivalence margin; what the
 # key under the table adds). The codes go to the key, so a head reads without them
@@ -96,8 +97,9 @@ def same_cache(path):
 
 
 def equal_caches(root):
-    """E8's two families (analysis.equal.families) once every planned run is in, else None. The 50%
-    incumbent's runs and LRKV r=7's are E5's, each unless E8 ran it again (docs/plan.md)."""
+    """E8's two families (analysis.equal.families, whole seeds) once every planned run is in, or
+    its budget ended it (E8_ENDED), else None. The 50% incumbent's runs and LRKV r=7's are E5's,
+    each unless E8 ran it again (docs/plan.md)."""
     path = os.path.join(root, "e8")
     if not glob.glob(os.path.join(path, "*", "log.jsonl")):
         return None
@@ -106,8 +108,8 @@ def equal_caches(root):
         if not any(r["attn"] == attn and kind(attn, r["config"]) == "narrow" for r in runs):
             runs += load_runs(glob.glob(os.path.join(root, "e5", f"cpu_{attn}_s*")))
     _, fams = families(runs)
-    whole = [len(f) for f in fams] == E8_PLAN and all(r["n"] == E8_SEEDS for f in fams for r in f)
-    return fams if whole else None
+    ended = os.path.exists(os.path.join(path, E8_ENDED)) or all(r["n"] == E8_SEEDS for f in fams for r in f)
+    return fams if [len(f) for f in fams] == E8_PLAN and ended else None
 
 
 def equal_cache_row(fam):

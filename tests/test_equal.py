@@ -102,6 +102,14 @@ def test_old_logs_group_with_new_ones_and_only_gqa_kv2_or_mqa_leads(e8, capsys):
 def test_readings_at_the_edges(e8, capsys):
     assert equal.word({"established": False, "tost": 0.0, "diff": 0.0}) == "= equal"  # se 0, inside
     assert equal.word({"established": False, "tost": None}) == "inconclusive"  # one pair: no test
-    os.remove(e8 / "mla_s3" / "log.jsonl")  # a row short of its incumbent's seeds is said to be
-    equal.families(logs.load_runs([str(e8)]))
-    assert "MLA d_c=112: fewer seeds than GQA kv=2's 4" in capsys.readouterr().err
+    os.remove(e8 / "mla_s3" / "log.jsonl")  # a seed one row lacks is read in no row of any family
+    rows, fams = equal.families(logs.load_runs([str(e8)]))
+    assert "seed(s) 3 not read: not run by every row" in capsys.readouterr().err
+    assert {r["n"] for f in fams for r in f} == {3} and fams[1][1]["pairs"] == 3
+    assert {r["name"]: r["n"] for r in rows}["Standard MHA kv=4"] == 4  # in no family: drawn whole
+    for s in range(3):  # and a row with no seed the others ran has nothing to pair
+        os.remove(e8 / f"mla_s{s}" / "log.jsonl")
+    h = header("mla", "mla_s9", seed=9, kv_bytes_per_token=MHA_KV // 2)
+    h["config"]["mla_kv_rank"] = 112
+    write(e8 / "mla_s9", [h] + step_lines("mla", [4.0, 3.0, 2.8]))
+    assert "no seed that every row" in refused([str(e8), "--equal_cache"], capsys)[0]

@@ -273,6 +273,10 @@ def test_e8s_rows_give_the_best_way_to_halve_and_quarter_once_every_run_is_in(tm
     assert_fits_a_glance(short)
     os.remove(root / "e8" / "mla_dc48_s11" / "log.jsonl")  # a run short: E8 is not read early
     assert "best way to halve the cache" not in rows(verdict.verdict(str(root))[0])
+    (root / "e8" / "ENDED").write_text("seeds 0-10 whole\n")  # unless the budget ended it there
+    assert "best way to halve the cache" in rows(verdict.verdict(str(root))[0])
+    fams = verdict.equal_caches(str(root))  # every row at the 11 whole seeds, E5's GQA and LRKV too
+    assert {r["n"] for f in fams for r in f} == {11} and "LRKV r=7" in [r["name"] for r in fams[0]]
 
 
 @pytest.mark.parametrize("redo", ["gqa", "lrkv"])

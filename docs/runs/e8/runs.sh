@@ -5,12 +5,14 @@
 #   bash docs/runs/e8/runs.sh runs    # every row, seed by seed (REDO="gqa lrkv7" if the check failed)
 #   bash docs/runs/e8/runs.sh spent   # machine hours so far (each log's steps' dt, two runs at a time)
 #   DRY=1 ...                         # print the runs only
-# Seed by seed, so that the budget's end leaves whole seeds of every row (docs/plan.md, E8's order).
-# A run whose log with a score is committed under $DONE (docs/runs) is skipped. All of E8's runs are
-# made at one commit: git worktree add ../e8 COMMIT, then from there
-#   DONE=$PWD/docs/runs bash $PWD/docs/runs/e8/runs.sh runs   ($PWD: this checkout)
+# Seed by seed: a seed starts only while the hours spent and one more seed's (their mean so far) fit
+# in the plan's 5, so the budget's end leaves whole seeds of every row; then $DONE/e8/ENDED says so.
+# All of E8's runs are made at one commit, from a worktree (git worktree add --detach ../e8 COMMIT):
+#   cd ../e8 && DONE=$OLDPWD/docs/runs PY=$OLDPWD/.venv/bin/python bash docs/runs/e8/runs.sh runs
+# Each finished log is copied to $DONE/e8, to be committed; a run whose log there has a score is skipped.
 set -euo pipefail
 stage=${1:?usage: bash docs/runs/e8/runs.sh check|runs|spent}
+HOURS=5
 redo() { [[ " ${REDO:-} " == *" $1 "* ]]; }
 seed() {  # one seed of every row: the incumbents, then the 50% family, then the 25% family
   local s=$1
@@ -28,30 +30,43 @@ seed() {  # one seed of every row: the incumbents, then the 50% family, then the
   echo "e8 lrkv7_share2_s$s --attn=lrkv --lrkv_rank=7 --kv_share=2 --seed=$s"
   echo "e8 mha_w64_s$s --attn=mha --window=64 --seed=$s"
 }
-runs() {
-  case $stage in
-    check) echo "e8check gqa_s0 --attn=gqa --seed=0 --max_iters=50 --eval_interval=10"
-           echo "e8check lrkv7_s0 --attn=lrkv --lrkv_rank=7 --seed=0 --max_iters=50 --eval_interval=10" ;;
-    runs) for s in $(seq 0 11); do seed "$s"; done ;;
-    spent) ;;
-    *) echo "error: stage $stage is not check, runs or spent" >&2; exit 2 ;;
-  esac
-}
-runs > /dev/null  # an unknown stage stops here, before anything runs
+case $stage in check|runs|spent) ;; *) echo "error: stage $stage is not check, runs or spent" >&2; exit 2 ;; esac
 export DONE=${DONE:-docs/runs} PY=${PY:-python}
-if [ "$stage" = spent ]; then  # a step's dt includes its evals; logged every log_interval steps
-  exec "$PY" -c 'import glob, json, sys
+spent() {  # a logged step's dt includes its evals, and stands for log_interval steps
+  "$PY" -c 'import glob, json, sys
 s = 0.0
 for f in glob.glob(sys.argv[1] + "/e8/*/log.jsonl"):
     recs = [json.loads(line) for line in open(f)]
-    every = recs[0]["config"]["log_interval"]
-    s += sum(r.get("dt", 0.0) * every for r in recs if r["type"] == "step")
-print(f"{s / 3600 / 2:.2f} machine hours (two runs at a time)")' "$DONE"
-fi
-if [ -n "${DRY:-}" ]; then runs; exit 0; fi
-mkdir -p out
-runs | OMP_NUM_THREADS=1 xargs -P 2 -L 1 bash -c \
-  'grep -qs "\"score\"" "$DONE/$0/$1/log.jsonl" && exit 0  # finished and committed: skip it
-   r=; [ -e out/$0/$1/log.jsonl ] && r=--resume  # a kill left it: finish it
-   "$PY" train.py --out_dir=out/$0 --run_name=$1 $r "${@:2}" > /dev/null 2>> out/$0.err ||
-     echo "$1 failed" >> out/$0.err'
+    s += sum(r.get("dt", 0.0) * recs[0]["config"]["log_interval"] for r in recs if r["type"] == "step")
+print(f"{s / 3600 / 2:.2f}")' "$DONE"
+}
+run() {  # the lines on stdin, two at a time
+  mkdir -p out
+  OMP_NUM_THREADS=1 xargs -P 2 -L 1 bash -c \
+    'grep -qs "\"score\"" "$DONE/$0/$1/log.jsonl" && exit 0  # finished and copied: skip it
+     r=; [ -e out/$0/$1/log.jsonl ] && r=--resume  # a kill left it: finish it
+     "$PY" train.py --out_dir=out/$0 --run_name=$1 $r "${@:2}" > /dev/null 2>> out/$0.err ||
+       { echo "$1 failed" >> out/$0.err; exit 0; }
+     mkdir -p "$DONE/$0/$1" && cp "out/$0/$1/log.jsonl" "$DONE/$0/$1/"'
+}
+case $stage in
+  spent) echo "$(spent) machine hours (two runs at a time)" ;;
+  check) lines="e8check gqa_s0 --attn=gqa --seed=0 --max_iters=50 --eval_interval=10
+e8check lrkv7_s0 --attn=lrkv --lrkv_rank=7 --seed=0 --max_iters=50 --eval_interval=10"
+         if [ -n "${DRY:-}" ]; then echo "$lines"; else echo "$lines" | run; fi ;;
+  runs) if [ -n "${DRY:-}" ]; then for s in $(seq 0 11); do seed "$s"; done; exit 0; fi
+        for s in $(seq 0 11); do
+          left=$(seed "$s" | while read -r d name _; do
+                   grep -qs '"score"' "$DONE/$d/$name/log.jsonl" || echo "$name"; done)
+          [ -z "$left" ] && continue  # whole already
+          h=$(spent)  # seeds 0 to s-1 are whole; a seed begun (a kill's) is finished, not gated
+          begun=$(seed "$s" | while read -r d name _; do [ ! -e "out/$d/$name" ] || echo "$name"; done)
+          if [ "$left" = "$(seed "$s" | awk '{ print $2 }')" ] && [ -z "$begun" ] &&
+             awk -v h="$h" -v s="$s" -v max=$HOURS 'BEGIN { exit !(s > 0 && h + h / s > max) }'; then
+            echo "seeds 0-$((s - 1)) whole in $h machine hours; seed $s would pass $HOURS" > "$DONE/e8/ENDED"
+            exit 0
+          fi
+          seed "$s" | run
+        done
+        echo "every seed whole in $(spent) machine hours" > "$DONE/e8/ENDED" ;;
+esac
