@@ -50,11 +50,12 @@ def families(runs):
         c = r["runs"][0]["config"]
         r.update(kind=kind(r["attn"], c), share=held_share(r), params=r["runs"][0]["header"].get("params"),
                  name=f"{r['label']} {r['setting']}" + (f" window {c['window']}" * bool(c.get("window"))))
-    incs = sorted((r for r in rows if incumbent(r) and r["share"] is not None), key=lambda r: -r["share"])
+    incs = sorted((r for r in rows if incumbent(r) and r["share"] is not None),
+                  key=lambda r: -r["share"])
     near = [sorted((r for r in rows if r is not inc and r["kind"] and r["share"] is not None
                     and not incumbent(r) and abs(r["share"] - inc["share"]) <= NEAR),
                    key=lambda r: (list(KINDS).index(r["kind"]), r["share"])) for inc in incs]
-    # whole seeds only: a seed that some row of the families lacks is read in none (docs/plan.md, E8)
+    # whole seeds only: a seed that some row of the families lacks is read in none (plan, E8)
     every = [*incs, *(r for rs in near for r in rs)]
     seed = lambda x: x["config"].get("seed")
     whole = set.intersection(*({seed(x) for x in r["runs"]} for r in every)) if every else set()
@@ -62,7 +63,8 @@ def families(runs):
     if cut and not whole:
         raise ValueError("no seed that every row of the families ran: nothing to pair")
     if cut:
-        warn(f"seed(s) {', '.join(map(str, sorted(set(cut.values()))))} not read: not run by every row")
+        warn(f"seed(s) {', '.join(map(str, sorted(set(cut.values()))))} not read: "
+             "not run by every row")
         return families([x for x in runs if id(x) not in cut])
     fams = [[inc, *family([{**r, **seed_stats(r["runs"], inc["runs"], r["step"])} for r in rs])]
             for inc, rs in zip(incs, near)]
