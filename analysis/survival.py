@@ -37,6 +37,24 @@ def flat(r):
     return len(last) == 3 and last.max() - last.min() <= 0.02
 
 
+def reading(r):
+    """The plan's reading of an arm against MHA (docs/plan.md, E7, part A), in a few words: as
+    many solved by the cap (Fisher not established, within 2 runs of MHA's share) and later or
+    sooner where the log-rank test establishes it; fewer, with a censored run flat on the plateau
+    (can't tell capacity from learning), or with every censored run still rising (the cap, not
+    the cache, is the limit seen); inconclusive where neither."""
+    b = r["base"]
+    short = (b["k"] / b["n"] - r["k"] / r["n"]) * r["n"]  # runs short of MHA's share
+    fewer = r["p_f_holm"] < 0.05 and short > 0
+    if not fewer and short <= 2:
+        if r["p_lr_holm"] < 0.05:
+            return "later" if r["o_e"] < 0 else "sooner"
+        return "as often"
+    if not fewer:
+        return "inconclusive"
+    return "can't tell" if r["flat"] else "past the cap"
+
+
 def survival_rows(runs):
     """One row per arm (design, window, cache bytes per token, d_model): its runs' times, the
     median with its interval, the share solved at the cap; each arm against MHA's (full
@@ -70,6 +88,8 @@ def survival_rows(runs):
         for key in ("p_lr", "p_f"):
             for r, p in zip(tested, holm([r[key] for r in tested])):
                 r[key + "_holm"] = p
+        for r in tested:
+            r["reading"] = reading(r)
     return rows
 
 
@@ -130,12 +150,12 @@ def survival_tables(rows):
     step = lambda t: "not reached" if t is None else str(t)  # noqa: E731
     head = ["d_model", "design", "KV B/token", "runs", "solved by the cap", "median step",
             "95% interval", "O - E", "log-rank p", "Holm", "Fisher p", "Holm", "whole test set",
-            "censored: flat"]
+            "censored: flat", "reading"]
     body = [[str(r["width"]), r["label"], fmt(r["kv"], ".0f"), str(r["n"]), f"{r['k']}/{r['n']}",
              step(r["median"]), f"{step(r['lo'])} to {step(r['hi'])}", fmt(r.get("o_e"), "+.1f"),
              fmt(r.get("p_lr"), ".2g"), fmt(r.get("p_lr_holm"), ".2g"), fmt(r.get("p_f"), ".2g"),
              fmt(r.get("p_f_holm"), ".2g"), f"{r['whole']}/{r['k']}",
-             f"{r['flat']}/{r['n'] - r['k']}"] for r in rows]
+             f"{r['flat']}/{r['n'] - r['k']}", r.get("reading", "-")] for r in rows]
     bins = (2, 4, 8, 16, 32, 64)
     dist = [[f"{r['label']}, {r['kv']:.0f} B", str(N),
              *(f"{cells[b][0] / cells[b][1]:.3f}" if b in cells else "-" for b in bins)]
@@ -168,6 +188,11 @@ def survival_mode(runs):
              "set: the solved runs whose score line, every test example, is at its stop_acc or "
              "above at every count; censored: flat, the runs censored at the cap whose last three "
              "curve accuracies lie within 0.02 of each other (the rest were still rising)",
+             "reading (docs/plan.md, E7): as often, where the share solved by the cap is not "
+             "established below MHA's (Fisher, Holm) and within 2 runs of it, later or sooner "
+             "where log-rank establishes it too; fewer solved (established): can't tell capacity "
+             "from learning where a censored run is flat, past the cap (it learns later than the "
+             "cap allows) where every censored run was still rising; inconclusive where neither",
              "KV B/token: flops.py's, as the log's header gives it; a window's, the average over a "
              "sequence of block_size tokens, of which it holds min(block_size, W)"]
     return draw_survival(rows), survival_tables(rows), notes, ("figure_recall", "recall.md")

@@ -19,6 +19,7 @@ from analysis.equal import best, families, kind
 from analysis.logs import load_runs, odd_runs
 from analysis.recall import SOLVED, reference_cells, solve_groups, solve_rows
 from analysis.stats import MARGIN, family, holm, paired_t, render, welch
+from analysis.survival import survival_rows
 from analysis.sweeps import budget_pairs, lr_sweep, sweep
 
 RUNS = "docs/runs"
@@ -34,6 +35,9 @@ GLANCE = [("E1", "loss at paper's rate", ("behind", "ahead"), ""),
           ("E3b", "at own best rate", ("behind", "ahead"), ""),
           ("E2", "at 4× context", None, "the gap's change from 256 to 1,024 bytes")]
 LOOKUP = ("E6", "learned the lookup")  # what E6 counted: runs that learned it within 4,000 steps
+LEARNING = ("E7", "less or only later")  # does a smaller cache hold less, or only learn later? E7's
+# part A answers, and takes E6's place at a glance
+E7_SEEDS = 16  # E7's part A: runs of each of E6_PLAN's arms (docs/plan.md); fewer: not read yet
 UNDECIDED = "inconclusive"  # neither test decides: a gap not established, no equivalence shown
 RULE = ("Holm within each column: behind or ahead at Holm's p < 0.05, = equal when two one-sided "
         f"tests put Δ within ±{MARGIN} nats, {UNDECIDED} when neither.")
@@ -147,6 +151,21 @@ def recall(root):
             if r["pairs"] == N and (r.get("family") == "primary" or (r["attn"], r["window"]) == ("mha", 0))}
 
 
+def learning(root):
+    """E7's part A once every planned run is in: {(attn, window): its row (analysis.survival), with
+    the plan's reading against MHA}, or None."""
+    path = os.path.join(root, "e7", "a")
+    if not glob.glob(os.path.join(path, "*", "log.jsonl")):
+        return None
+    rows = {(r["attn"], r["window"]): r for r in survival_rows([r for r in load_runs([path]) if r["score"]])}
+    return rows if all(rows.get(k, {}).get("n", 0) >= E7_SEEDS for k in E6_PLAN) else None
+
+
+def learning_cells(e7):
+    # a glance cell: the plan's reading, then the runs solved by the cap
+    return {k: f"{r.get('reading', 'reference')}, {r['k']}/{r['n']}" for k, r in e7.items()}
+
+
 def control(rows):
     # E6's control, the window; the check before any design is read: it is established behind MHA
     window = next(r for (a, w), r in rows.items() if w)
@@ -162,30 +181,43 @@ def recall_cells(rows, passed):
             for k, r in rows.items()}
 
 
-def glance_table(cols, cache, e6, passed, e5, e8=None):
-    """The README's table: a word and a number a cell, heads in plain words, the codes in a key."""
+def glance_table(cols, cache, e6, passed, e5, e8=None, e7=None):
+    """The README's table: a word and a number a cell, heads in plain words, the codes in a key.
+    Its last column is recall: E7's part A once it is in, else E6's."""
     share = lambda a: f"{100 * cache[a]:.0f}%" if cache.get(a) else "-"  # a design E1 has no runs of: "-"
-    cells = recall_cells(e6, passed) if e6 else {}
+    cells = learning_cells(e7) if e7 else recall_cells(e6, passed) if e6 else {}
     body = [[d.label, share(a), *(["reference"] * len(GLANCE) if a == "mha" else
                                   [glance(cols[e].get(a), w) for e, _, w, _ in GLANCE]), cells.get((a, 0), RECALL)]
             for a, d in DESIGNS.items()]
-    # the window's row says what it is, E6's control; its cache is a share of MHA's only at a given
-    # length, E6's context
+    # the window's row says what it is (E6's control; an arm of E7); its cache is a share of MHA's
+    # only at a given length, the probe's context
     body += [[f"MHA, sliding window {r['window']} (control)", f"{100 * r['kv_pct']:.0f}% at {r['context']}",
-              *["-"] * len(GLANCE), cells[k]] for k, r in (e6 or {}).items() if k[1]]
+              *["-"] * len(GLANCE), cells[k]] for k, r in (e6 or {}).items() if k[1] and not e7]
+    body += [[f"MHA, sliding window {r['window']}",
+              f"{100 * r['kv'] / e7['mha', 0]['kv']:.0f}% at {r['runs'][0]['config']['block_size']}",
+              *["-"] * len(GLANCE), cells[k]] for k, r in (e7 or {}).items() if k[1]]
     if e5:  # E5's answer where it belongs, in the loss column: its reference is GQA, not MHA
         a, b = e5["a"], e5["b"]
         body += [[f"{a['label']} {a['setting']} against {b['label']} ({100 * b['kv_pct']:.0f}%)",
                   f"{100 * a['kv_pct']:.0f}%", glance(e5, ("behind", "ahead")), *["-"] * len(GLANCE)]]
     body += [equal_cache_row(f) for f in e8 or []]  # E8: every way to cut the cache, against GQA, MQA
-    table = render(["design", "KV cache", *(h for _, h, _, _ in GLANCE), LOOKUP[1]], body)
-    codes = [e for e, *_ in GLANCE] + [LOOKUP[0]]
+    last = LEARNING if e7 else LOOKUP
+    table = render(["design", "KV cache", *(h for _, h, _, _ in GLANCE), last[1]], body)
+    codes = [e for e, *_ in GLANCE] + [last[0]]
     key = (f"Key: {', '.join(codes[:-1])} and {codes[-1]} by column" + ("; the row against GQA is E5" if e5 else "")
            + ("; the best-way rows are E8" if e8 else "") + ".")  # one line: the codes a head leaves out, each a section of docs/results.md
     glosses = [f"{h[0].upper()}{h[1:]}: {gloss}." for _, h, _, gloss in GLANCE if gloss]
     lookup = (f"Learned the lookup (MQAR): runs of {e6['mha', 0]['n']} at test accuracy ≥{SOLVED} "
               f"with {e6['mha', 0]['pairs']} pairs after {e6['mha', 0]['steps']:,} steps on "
-              f"{e6['mha', 0]['context']}-token sequences; Fisher's test against MHA's." if e6 else "")
+              f"{e6['mha', 0]['context']}-token sequences; Fisher's test against MHA's." if e6 and not e7 else "")
+    if e7:
+        c = e7["mha", 0]["runs"][0]["config"]
+        lookup = (f"Less or only later (does a smaller cache hold less recall, or learn it later? MQAR, "
+                  f"{c['block_size']}-token sequences, a constant rate): runs of {e7['mha', 0]['n']} that "
+                  f"learned the lookup at every count by step {e7['mha', 0]['cap']:,}, and the plan's "
+                  "reading against MHA's: as often (fewer not established, within 2 runs), later or "
+                  "sooner where log-rank establishes it; can't tell where fewer solved and a run stayed "
+                  "on the plateau; past the cap where fewer solved and every other run was still rising.")
     return table + "\n\n" + key + "\n\n" + wrap(" ".join(s for s in (RULE, *glosses, lookup) if s))
 
 
@@ -201,26 +233,32 @@ def verdict(root=RUNS):
     passed = control(e6)[1] if e6 else None
     e5 = same_cache(os.path.join(root, "e5"))
     e8 = equal_caches(root)
+    e7 = learning(root)
     share = lambda a: f"{100 * cache[a]:.0f}%" if cache.get(a) else "-"
     margin = {"E1": True, "E1 validation": True, "E3b": True, "E2": False, "E3a": False}
     ref = lambda a: ["reference"] * len(margin) if a == "mha" else None
     full = render(["design", "KV cache, % of MHA", "E1: Δ MHA, paper's rate", "E1 on the validation plays",
                    "E3b: Δ MHA, own rate", "E2: change at context 1,024", "E3a: Δ MHA per doubling of the rate"]
-                  + ([f"E6: runs that learned the lookup, {e6['mha', 0]['pairs']} pairs, Δ MHA"] if e6 else []),
+                  + ([f"E6: runs that learned the lookup, {e6['mha', 0]['pairs']} pairs, Δ MHA"] if e6 else [])
+                  + (["E7: runs that learned it by the cap, median step, log-rank Holm p, reading"] if e7 else []),
                   [[d.label, share(a), *(ref(a) or [cell(cols[e].get(a), m) for e, m in margin.items()]),
-                    *([solve_cell(e6.get((a, 0)), passed)] if e6 else [])] for a, d in DESIGNS.items()]
+                    *([solve_cell(e6.get((a, 0)), passed)] if e6 else []),
+                    *([learning_cell(e7.get((a, 0)))] if e7 else [])] for a, d in DESIGNS.items()]
                   + [[r["label"], f"{100 * r['kv_pct']:.0f}% at {r['context']}", *["-"] * len(margin),
-                      solve_cell(r, passed)] for k, r in (e6 or {}).items() if k[1]])
+                      solve_cell(r, passed), *([learning_cell(e7.get(k))] if e7 else [])]
+                     for k, r in (e6 or {}).items() if k[1]])
     tests = [(f"{name} {DESIGNS[a].label}", r) for name, col in cols.items() for a, r in col.items()
              if r and r.get("p") is not None]
     tests += [(f"E6 {r['label']}", r) for r in (e6 or {}).values() if r.get("p") is not None]
+    tests += [(f"E7 {r['label']}", {"p": r["p_lr"], "established": r["p_lr_holm"] < 0.05})
+              for r in (e7 or {}).values() if "p_lr" in r]
     across = holm([r["p"] for _, r in tests])
     drop = [f"{name} (Holm p {p:.2g})" for (name, r), p in zip(tests, across) if r["established"] and p >= 0.05]
     notes = ("Δ: design minus MHA in final loss (nats per byte), mean over 12 seeds (E3a: 3), 95% interval; "
              "E2 and E3a give how Δ moves. Each column is one Holm family of its own (the plan's); "
              f"established: Holm's p < 0.05; equivalent: two one-sided tests within ±{MARGIN} nats; "
              f"{UNDECIDED}: neither. E1 and E3b score the test plays, E1's validation column the same models on "
-             f"the validation plays. {recall_note(e6, passed)} Corrected as one family of all {len(tests)} tests "
+             f"the validation plays. {recall_note(e6, passed)}{E7_NOTE * bool(e7)} Corrected as one family of all {len(tests)} tests "
              f"instead, {len(drop)} established marks would drop: {', '.join(drop) or 'none'}.")
     same = e5 and (f"At the same cache (E5): {e5['a']['label']} with {e5['a']['setting']} "
                    f"({e5['a']['kv_pct']:.1%} of MHA's) minus {e5['b']['label']} with {e5['b']['setting']} "
@@ -229,7 +267,7 @@ def verdict(root=RUNS):
              + "; ".join(f"{r['name']} {cell(r)}" for r in f[1:]) for f in e8 or []]
     every = e8 and ("Every way to cut the cache (E8), Δ the row minus its incumbent, Holm within each share: "
                     + "; ".join(every) + ".")
-    return (glance_table(cols, cache, e6, passed, e5, e8),
+    return (glance_table(cols, cache, e6, passed, e5, e8, e7),
             full + "".join(f"\n\n{wrap(p)}" for p in (same, every) if p), wrap(notes))
 
 
@@ -242,6 +280,21 @@ def solve_cell(r, passed):
         return f"{r['k']}/{r['n']} reference"
     return (f"{r['k']}/{r['n']}, {r['diff']:+.2f} (Holm p {r['p_holm']:.2g}) "
             + (("established" if r["established"] else UNDECIDED) if passed else "probe failed"))
+
+
+E7_NOTE = (" E7: runs that learned the lookup at every count by the cap (12,000 steps at a constant "
+           "rate), each stopped when it did; the median step is Kaplan-Meier's; two-sided log-rank "
+           "test of the times against MHA's, Holm over the five arms; the reading is the plan's "
+           "(docs/plan.md, E7), from Fisher's test of the share solved and the censored runs' curves.")
+
+
+def learning_cell(r):
+    """'12/16, median 4,200, Holm p 0.003, later': E7's part A for one arm."""
+    if r is None:
+        return "-"
+    med = f"{r['median']:,}" if r["median"] is not None else "not reached"
+    test = f", Holm p {r['p_lr_holm']:.2g}, {r['reading']}" if "reading" in r else ", reference"
+    return f"{r['k']}/{r['n']}, median {med}{test}"
 
 
 def recall_note(e6, passed):

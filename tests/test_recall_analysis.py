@@ -271,3 +271,15 @@ def test_plot_recall_gives_times_to_solve_with_kaplan_meier_log_rank_and_fisher(
     dist = table.split("\n\n")[4]
     assert "| Standard MHA, 1024 B | 4 | 0.750 | - | - | 1.000 | - | - |" in dist
     assert any("Kaplan-Meier" in n for n in notes)
+
+
+def test_the_plans_reading_of_each_arm():
+    from analysis.survival import reading
+    base = {"k": 16, "n": 16}
+    arm = lambda k, p_f, p_lr=0.5, o_e=-1.0, flat=0: reading(  # noqa: E731
+        {"base": base, "k": k, "n": 16, "p_f_holm": p_f, "p_lr_holm": p_lr, "o_e": o_e, "flat": flat})
+    assert arm(14, 0.5) == "as often"  # 2 runs short, not established
+    assert arm(14, 0.5, p_lr=0.01) == "later" and arm(16, 1, 0.01, o_e=3.0) == "sooner"
+    assert arm(13, 0.5) == "inconclusive"  # 3 short, not established either
+    assert arm(5, 0.001, flat=1) == "can't tell"  # fewer, and a censored run on the plateau
+    assert arm(5, 0.001, flat=0) == "past the cap"  # fewer, every censored run still rising

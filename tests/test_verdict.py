@@ -289,3 +289,55 @@ def test_e8_reads_e5s_rows_each_unless_e8_ran_it_again(tmp_path, redo):
     short, full, _ = verdict.verdict(str(root))
     assert rows(short)["best way to halve the cache"][1] == "MHA kv=4 K=V -0.020 ahead"
     assert "LRKV r=7 +0.0032" in full.split("Every way")[1]  # one LRKV r=7 row, E5's numbers either way
+
+
+def e7_log(path, attn, seed, stop, window=0, kv=1024, rising=False, cap=12000):
+    """A synthetic E7 part A run: stopped solved at `stop`, or censored at the cap, its curve flat
+    on the plateau or still rising there."""
+    cfg = dict(dataset="mqar", n_layer=2, n_head=4, n_embd=64, block_size=128, vocab_size=320,
+               mqar_pairs=[4, 8, 16, 32], mqar_alpha=0.01, mqar_examples=1024, matrix_lr=0.005,
+               seed=seed, max_iters=cap, window=window, stop_acc=0.99, schedule="constant")
+    end = stop or cap
+    acc = lambda s: 1.0 if stop and s == end else 0.1 + (0.5 * s / cap if rising else 0)  # noqa: E731
+    lines = [dict(type="header", run=os.path.basename(path), attn=attn, config=cfg,
+                  kv_bytes_per_token=kv, mha_kv_bytes_per_token=1024)]
+    lines += [dict(type="step", step=s, tokens=s, flops=0, test_loss=1.0, test_acc=acc(s))
+              for s in range(0, end + 1, 500)]
+    lines.insert(-1, dict(type="score", step=end, test_loss=0.0, test_acc=acc(end),
+                          **({"stopped": True} if stop else {})))
+    os.makedirs(path)
+    with open(os.path.join(path, "log.jsonl"), "w") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in lines))
+
+
+def test_e7s_column_takes_e6s_place_once_every_run_is_in(tmp_path):
+    import shutil
+    root = tmp_path / "runs"
+    for exp in ("e1", "e2", "e3a", "e3b", "e5", "e6", "e6b"):
+        shutil.copytree(os.path.join(ROOT, "docs", "runs", exp), root / exp)
+    arms = {  # (attn, window): (KV bytes, times to solve in thousands of steps, None: censored; rising)
+        ("mha", 0): (1024, [1, 1, 1, 1, 1.5, 1.5, 1.5, 1.5, 2, 2, 2, 2, 2.5, 2.5, 3, 3], False),
+        ("gqa", 0): (512, [4, 4, 4, 5, 5, 5, 6, 6, 6, 7, 7, 7, 8, 8, 9, 9], False),  # all, later
+        ("mqa", 0): (256, [1, 1, 1, 1.5, 1.5, 1.5, 2, 2, 2, 2.5, 2.5, 2.5, 3, 3, 3.5, None], False),
+        ("mla", 0): (192, [2, 3, 4, 5] + [None] * 12, False),  # fewer, on the plateau
+        ("lrkv", 0): (672, [2, 3, 4, 5, 6, 7] + [None] * 10, True),  # fewer, still rising
+        ("mha", 32): (1024, [None] * 16, False)}
+    for (attn, w), (kv, times, rising) in arms.items():
+        for s, t in enumerate(times):
+            e7_log(root / "e7" / "a" / f"{attn}_w{w}_s{s}", attn, 1000 + s, t and int(1000 * t),
+                   window=w, kv=kv, rising=rising)
+    short, full, notes = verdict.verdict(str(root))
+    glance = rows(short)
+    assert glance["design"][-1] == "less or only later" and "E7: runs that learned" in notes
+    assert [glance[d][-1] for d in ("Standard MHA", "GQA", "MQA", "MLA", "LRKV")] == [
+        "reference, 16/16", "later, 16/16", "as often, 15/16", "can't tell, 4/16", "past the cap, 6/16"]
+    assert glance["MHA, sliding window 32"] == ["25% at 128", "-", "-", "-", "can't tell, 0/16"]
+    assert "(control)" not in short and "E7 by column" in short and "E6" not in short.split("Key:")[1]
+    assert_fits_a_glance(short)
+    e7 = rows(full)  # in full: runs solved, the median step, log-rank's Holm p, the reading
+    assert e7["GQA"][-1].startswith("16/16, median 6,000, Holm p ") and e7["GQA"][-1].endswith(", later")
+    assert e7["Standard MHA"][-1] == "16/16, median 1,500, reference"
+    assert e7["Standard MHA, window 32"][-1].startswith("0/16, median not reached, Holm p ")
+    os.remove(root / "e7" / "a" / "lrkv_w0_s15" / "log.jsonl")  # a run short: E7 is not read early
+    glance = rows(verdict.verdict(str(root))[0])
+    assert glance["design"][-1] == "learned the lookup" and "MHA, sliding window 32 (control)" in glance
