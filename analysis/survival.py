@@ -7,6 +7,7 @@ query. survival_mode returns what plot.write prints and saves, as analysis/recal
 import re
 
 import matplotlib.pyplot as plt
+import numpy as np
 
 from common import DESIGNS
 from analysis.logs import cache
@@ -30,22 +31,32 @@ def whole_set_solved(r):
     return all(sc.get(k.replace("acc", "acc_win"), sc[k]) >= r["config"]["stop_acc"] for k in keys)
 
 
+def curve(r):
+    # the learning curve's test accuracy; a window's at the answers inside it (the mean over the
+    # counts of test_acc_win_pN), as its solve rule and the plan's reading of it take them
+    win = sorted(k for k in (r["evals"] or [{}])[-1] if re.fullmatch(r"test_acc_win_p\d+", k))
+    return np.array([np.mean([e[k] for k in win]) for e in r["evals"]]) if win else r["acc"]
+
+
 def flat(r):
     # the plan's reading of a censored run: its last three curve accuracies within 0.02 of each
     # other (on the plateau), else still rising at the cap
-    last = r["acc"][-3:]
+    last = curve(r)[-3:]
     return len(last) == 3 and last.max() - last.min() <= 0.02
 
 
 def reading(r):
-    """The plan's reading of an arm against MHA (docs/plan.md, E7, part A), in a few words: as
-    many solved by the cap (Fisher not established, within 2 runs of MHA's share) and later or
+    """The plan's reading of an arm against MHA (docs/plan.md, E7, part A), in a few words: more
+    often where Fisher establishes more solved by the cap; as many (Fisher not established, at
+    most 2 runs under MHA's share) and later or
     sooner where the log-rank test establishes it; fewer, with a censored run flat on the plateau
     (can't tell capacity from learning), or with every censored run still rising (the cap, not
     the cache, is the limit seen); inconclusive where neither."""
     b = r["base"]
     short = (b["k"] / b["n"] - r["k"] / r["n"]) * r["n"]  # runs short of MHA's share
     fewer = r["p_f_holm"] < 0.05 and short > 0
+    if r["p_f_holm"] < 0.05 and short < 0:
+        return "more often"
     if not fewer and short <= 2:
         if r["p_lr_holm"] < 0.05:
             return "later" if r["o_e"] < 0 else "sooner"

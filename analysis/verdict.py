@@ -105,14 +105,15 @@ def equal_caches(root):
     its budget ended it (E8_ENDED), else None. The 50% incumbent's runs and LRKV r=7's are E5's,
     each unless E8 ran it again (docs/plan.md)."""
     path = os.path.join(root, "e8")
-    if not glob.glob(os.path.join(path, "*", "log.jsonl")):
-        return None
+    ended = os.path.exists(os.path.join(path, E8_ENDED))
+    if len(glob.glob(os.path.join(path, "*", "log.jsonl"))) < (1 if ended else 11 * E8_SEEDS):
+        return None  # E8's own 11 rows (E5's GQA and LRKV r=7 aside) not all in: nothing read yet
     runs = load_runs([path])
     for attn in ("gqa", "lrkv"):  # E5's rows: GQA kv=2 and LRKV r=7, neither shared
         if not any(r["attn"] == attn and kind(attn, r["config"]) == "narrow" for r in runs):
             runs += load_runs(glob.glob(os.path.join(root, "e5", f"cpu_{attn}_s*")))
     _, fams = families(runs)
-    ended = os.path.exists(os.path.join(path, E8_ENDED)) or all(r["n"] == E8_SEEDS for f in fams for r in f)
+    ended = ended or all(r["n"] == E8_SEEDS for f in fams for r in f)
     return fams if [len(f) for f in fams] == E8_PLAN and ended else None
 
 

@@ -1,6 +1,5 @@
 """docs/runs/e8/runs.sh lists the plan's runs (docs/plan.md, E8) seed by seed, so that the budget's
 end leaves whole seeds of every row; REDO adds E5's rows; an unknown stage is one line."""
-import json
 import os
 import subprocess
 
@@ -40,43 +39,35 @@ def test_an_unknown_stage_is_one_line():
 
 
 FAKE = """#!/usr/bin/env bash
-# python for runs.sh's own -c; for train.py: note the run, and write a finished log
-[ "$1" = -c ] && exec {python} "$@"
+# for train.py: note the run, and write a finished log (or fail, for the run named in FAIL)
 name=$(printf '%s\\n' "$@" | sed -n 's/^--run_name=//p'); out=$(printf '%s\\n' "$@" | sed -n 's/^--out_dir=//p')
-echo "$name" >> trained.txt; mkdir -p "$out/$name"
-printf '%s\\n' '{log}' > "$out/$name/log.jsonl"
+echo "$name" >> trained.txt; [ "$name" = "${{FAIL:-}}" ] && exit 1; mkdir -p "$out/$name"
+printf '%s\\n' '{{"type": "header"}}' '{{"type": "score"}}' > "$out/$name/log.jsonl"
 """
 
 
-def finished(dt):
-    # a header, one step standing for 10 (dt seconds each), and a score line
-    recs = [{"type": "header", "config": {"log_interval": 10}}, {"type": "step", "step": 10, "dt": dt},
-            {"type": "score", "step": 10}]
-    return "\n".join(json.dumps(r) for r in recs)
-
-
-def budget(tmp_path, whole, dt, new_dt=1.0):
-    # DONE holds seeds 0 to whole-1, every row, each log 10 steps of dt seconds; then `runs`, whose
-    # train.py writes logs of new_dt
-    import sys
+def budget(tmp_path, whole, hours, **env):
+    # DONE holds seeds 0 to whole-1 of every row, and the minutes they took; then `runs`
     done = tmp_path / "done"
     _, rows = listed("runs")
     for _, name, *_ in rows[:11 * whole]:
         (done / "e8" / name).mkdir(parents=True)
-        (done / "e8" / name / "log.jsonl").write_text(finished(dt) + "\n")
+        (done / "e8" / name / "log.jsonl").write_text('{"type": "score"}\n')
+    (done / "e8").mkdir(parents=True, exist_ok=True)
+    (done / "e8" / "minutes").write_text("T\n" * round(60 * whole * hours))
     fake = tmp_path / "py"
-    fake.write_text(FAKE.format(python=sys.executable, log=finished(new_dt)))
+    fake.write_text(FAKE.format())
     fake.chmod(0o755)
     p = subprocess.run(["bash", os.path.join(ROOT, "docs/runs/e8/runs.sh"), "runs"], cwd=tmp_path,
-                       env={**os.environ, "DONE": str(done), "PY": str(fake)}, capture_output=True,
-                       text=True, timeout=120)
+                       env={**os.environ, "DONE": str(done), "PY": str(fake), **env},
+                       capture_output=True, text=True, timeout=120)
     trained = (tmp_path / "trained.txt").read_text().split() if (tmp_path / "trained.txt").exists() else []
-    return p, trained, (done / "e8" / "ENDED").read_text()
+    ended = done / "e8" / "ENDED"
+    return p, trained, ended.read_text() if ended.exists() else None
 
 
 def test_a_seed_that_would_pass_the_budget_is_not_started(tmp_path):
-    # two whole seeds at 1.8 machine hours each (11 runs x 10 steps x dt / 2): a third passes 5
-    p, trained, ended = budget(tmp_path, 2, 1.8 * 3600 * 2 / 11 / 10)
+    p, trained, ended = budget(tmp_path, 2, 1.8)  # two seeds of 1.8 hours: a third passes 5
     assert p.returncode == 0, p.stderr
     assert trained == []
     assert ended == "seeds 0-1 whole in 3.60 machine hours; seed 2 would pass 5\n"
@@ -84,18 +75,25 @@ def test_a_seed_that_would_pass_the_budget_is_not_started(tmp_path):
 
 
 def test_seeds_go_on_while_they_fit_and_each_log_is_copied(tmp_path):
-    p, trained, ended = budget(tmp_path, 1, 1.0)  # seed 0 whole, in seconds
+    p, trained, ended = budget(tmp_path, 1, 0.1)
     assert p.returncode == 0, p.stderr
     _, rows = listed("runs")
     assert sorted(trained) == sorted(r[1] for r in rows[11:]) and len(trained) == 121
     assert [int(t.rsplit("_s", 1)[1]) for t in trained[::11]] == list(range(1, 12))  # seed by seed
     assert (tmp_path / "done" / "e8" / "mha_w64_s11" / "log.jsonl").exists()
-    assert ended.startswith("every seed whole in ")
+    assert ended == "every seed whole in 0.10 machine hours\n"
 
 
 def test_a_seed_begun_before_a_kill_is_finished_past_the_budget(tmp_path):
     (tmp_path / "out" / "e8" / "mqa_s2").mkdir(parents=True)  # seed 2 had begun when it was killed
-    dt = 1.8 * 3600 * 2 / 11 / 10
-    p, trained, ended = budget(tmp_path, 2, dt, new_dt=dt)
+    p, trained, ended = budget(tmp_path, 2, 1.95)  # 3.9 hours: neither seed 2 nor 3 would fit
     assert p.returncode == 0 and sorted(trained) == sorted(f"{r}_s2" for r in ROWS)
-    assert ended == "seeds 0-2 whole in 5.40 machine hours; seed 3 would pass 5\n"
+    assert ended == "seeds 0-2 whole in 3.90 machine hours; seed 3 would pass 5\n"
+
+
+def test_a_failed_run_stops_before_the_next_seed_and_ends_nothing(tmp_path):
+    p, trained, ended = budget(tmp_path, 1, 0.1, FAIL="mla_dc48_s1")
+    assert p.returncode == 1 and p.stderr == ("error: seed 1 is not whole: mla_dc48_s1; see "
+                                              "out/e8.err, then run again\n")
+    assert sorted(trained) == sorted(f"{r}_s1" for r in ROWS) and ended is None
+    assert "mla_dc48_s1 failed" in (tmp_path / "out" / "e8.err").read_text()

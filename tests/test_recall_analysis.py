@@ -262,8 +262,11 @@ def test_plot_recall_gives_times_to_solve_with_kaplan_meier_log_rank_and_fisher(
     assert rows["Standard MHA, window 32"][5] == "not reached"
     assert rows["Standard MHA, window 32"][13] == "5/5" and rows["GQA"][13] == "3/3"  # flat at 0.1
     from analysis import survival
-    assert survival.flat({"acc": np.array([0.5, 0.10, 0.11, 0.12])})
-    assert not survival.flat({"acc": np.array([0.10, 0.11, 0.14])})  # still rising at the cap
+    assert survival.flat({"acc": np.array([0.5, 0.10, 0.11, 0.12]), "evals": []})
+    assert not survival.flat({"acc": np.array([0.10, 0.11, 0.14]), "evals": []})  # still rising
+    # a window's curve is its accuracy inside the window: rising there while flat over every answer
+    evals = [{"test_acc_win_p4": a, "test_acc_win_p8": a / 2, "test_acc_p4": 0.1} for a in (0.2, 0.3, 0.4)]
+    assert not survival.flat({"acc": np.array([0.1, 0.1, 0.1]), "evals": evals})
     # the frontier: MQA's 256 B solved; the window never did, at 32 of 128 tokens: 256 B
     frontier = table.split("\n\n")[2]
     assert "| MQA | 256 | - |" in frontier and "| Standard MHA, windows | - | 256 |" in frontier
@@ -283,3 +286,6 @@ def test_the_plans_reading_of_each_arm():
     assert arm(13, 0.5) == "inconclusive"  # 3 short, not established either
     assert arm(5, 0.001, flat=1) == "can't tell"  # fewer, and a censored run on the plateau
     assert arm(5, 0.001, flat=0) == "past the cap"  # fewer, every censored run still rising
+    assert arm(16, 0.01) == "as often"  # level with MHA (the base solves 16 of 16)
+    base["k"] = 8
+    assert arm(16, 0.01) == "more often" and arm(9, 0.5) == "as often"

@@ -3,10 +3,12 @@
 # what a kill left. From the repository root, in the plan's order:
 #   bash docs/runs/e8/runs.sh check   # GQA and LRKV r=7 seed 0, 50 steps: losses at 10-30 against E5's -> out/e8check
 #   bash docs/runs/e8/runs.sh runs    # every row, seed by seed (REDO="gqa lrkv7" if the check failed)
-#   bash docs/runs/e8/runs.sh spent   # machine hours so far (each log's steps' dt, two runs at a time)
+#   bash docs/runs/e8/runs.sh spent   # machine hours so far: the minutes `runs` has been running
 #   DRY=1 ...                         # print the runs only
 # Seed by seed: a seed starts only while the hours spent and one more seed's (their mean so far) fit
 # in the plan's 5, so the budget's end leaves whole seeds of every row; then $DONE/e8/ENDED says so.
+# The hours are wall-clock: while `runs` runs, it adds a line a minute to $DONE/e8/minutes (a kill
+# loses under a minute; train.py's dt leaves out evals and start-up, so it would undercount).
 # All of E8's runs are made at one commit, from a worktree (git worktree add --detach ../e8 COMMIT):
 #   cd ../e8 && DONE=$OLDPWD/docs/runs PY=$OLDPWD/.venv/bin/python bash docs/runs/e8/runs.sh runs
 # Each finished log is copied to $DONE/e8, to be committed; a run whose log there has a score is skipped.
@@ -32,13 +34,8 @@ seed() {  # one seed of every row: the incumbents, then the 50% family, then the
 }
 case $stage in check|runs|spent) ;; *) echo "error: stage $stage is not check, runs or spent" >&2; exit 2 ;; esac
 export DONE=${DONE:-docs/runs} PY=${PY:-python}
-spent() {  # a logged step's dt includes its evals, and stands for log_interval steps
-  "$PY" -c 'import glob, json, sys
-s = 0.0
-for f in glob.glob(sys.argv[1] + "/e8/*/log.jsonl"):
-    recs = [json.loads(line) for line in open(f)]
-    s += sum(r.get("dt", 0.0) * recs[0]["config"]["log_interval"] for r in recs if r["type"] == "step")
-print(f"{s / 3600 / 2:.2f}")' "$DONE"
+spent() {  # hours of the machine: a line of $DONE/e8/minutes for each minute `runs` ran
+  awk 'END { printf "%.2f\n", NR / 60 }' "$DONE/e8/minutes" 2> /dev/null || echo 0.00
 }
 run() {  # the lines on stdin, two at a time
   mkdir -p out
@@ -47,7 +44,11 @@ run() {  # the lines on stdin, two at a time
      r=; [ -e out/$0/$1/log.jsonl ] && r=--resume  # a kill left it: finish it
      "$PY" train.py --out_dir=out/$0 --run_name=$1 $r "${@:2}" > /dev/null 2>> out/$0.err ||
        { echo "$1 failed" >> out/$0.err; exit 0; }
-     mkdir -p "$DONE/$0/$1" && cp "out/$0/$1/log.jsonl" "$DONE/$0/$1/"'
+     mkdir -p "$DONE/$0/$1" && cp "out/$0/$1/log.jsonl" "$DONE/$0/$1/.log" &&
+       mv "$DONE/$0/$1/.log" "$DONE/$0/$1/log.jsonl"  # whole or not there: a kill mid-copy'
+}
+missing() {  # the runs of seed $1 without a finished log under $DONE
+  seed "$1" | while read -r d name _; do grep -qs '"score"' "$DONE/$d/$name/log.jsonl" || echo "$name"; done
 }
 case $stage in
   spent) echo "$(spent) machine hours (two runs at a time)" ;;
@@ -55,9 +56,11 @@ case $stage in
 e8check lrkv7_s0 --attn=lrkv --lrkv_rank=7 --seed=0 --max_iters=50 --eval_interval=10"
          if [ -n "${DRY:-}" ]; then echo "$lines"; else echo "$lines" | run; fi ;;
   runs) if [ -n "${DRY:-}" ]; then for s in $(seq 0 11); do seed "$s"; done; exit 0; fi
+        mkdir -p "$DONE/e8"
+        while sleep 60 && kill -0 $$; do date -u +%FT%TZ >> "$DONE/e8/minutes"; done > /dev/null 2>&1 &
+        trap 'kill $! 2> /dev/null' EXIT
         for s in $(seq 0 11); do
-          left=$(seed "$s" | while read -r d name _; do
-                   grep -qs '"score"' "$DONE/$d/$name/log.jsonl" || echo "$name"; done)
+          left=$(missing "$s")
           [ -z "$left" ] && continue  # whole already
           h=$(spent)  # seeds 0 to s-1 are whole; a seed begun (a kill's) is finished, not gated
           begun=$(seed "$s" | while read -r d name _; do [ ! -e "out/$d/$name" ] || echo "$name"; done)
@@ -67,6 +70,11 @@ e8check lrkv7_s0 --attn=lrkv --lrkv_rank=7 --seed=0 --max_iters=50 --eval_interv
             exit 0
           fi
           seed "$s" | run
+          left=$(missing "$s")
+          if [ -n "$left" ]; then  # a failed run (out/e8.err says why): no seed after it is whole
+            echo "error: seed $s is not whole: $(echo $left); see out/e8.err, then run again" >&2
+            exit 1
+          fi
         done
         echo "every seed whole in $(spent) machine hours" > "$DONE/e8/ENDED" ;;
 esac
