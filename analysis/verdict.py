@@ -213,12 +213,9 @@ def glance_table(cols, cache, e6, passed, e5, e8=None, e7=None):
               f"{e6['mha', 0]['context']}-token sequences; Fisher's test against MHA's." if e6 and not e7 else "")
     if e7:
         c = e7["mha", 0]["runs"][0]["config"]
-        lookup = (f"Less or only later (does a smaller cache hold less recall, or learn it later? MQAR, "
-                  f"{c['block_size']}-token sequences, a constant rate): runs of {e7['mha', 0]['n']} that "
-                  f"learned the lookup at every count by step {e7['mha', 0]['cap']:,}, and the plan's "
-                  "reading against MHA's: as often (fewer not established, within 2 runs), later or "
-                  "sooner where log-rank establishes it; can't tell where fewer solved and a run stayed "
-                  "on the plateau; past the cap where fewer solved and every other run was still rising.")
+        lookup = (f"Less or only later (MQAR recall, {c['block_size']} tokens): runs of {e7['mha', 0]['n']} "
+                  f"that learned the lookup by step {e7['mha', 0]['cap']:,}, and the plan's reading "
+                  "against MHA's.")
     return table + "\n\n" + key + "\n\n" + wrap(" ".join(s for s in (RULE, *glosses, lookup) if s))
 
 
