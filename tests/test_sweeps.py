@@ -210,11 +210,11 @@ def test_the_committed_recall_and_sweep_tables_are_what_their_logs_give(tmp_path
 
 
 def test_e6s_table_on_the_page_is_what_its_logs_give(tmp_path, monkeypatch):
-    # docs/runs/e6/recall.md and results.md's E6 table: plot.py's, from the committed logs and
-    # stage B's validity runs (which fix the reference cells)
+    # docs/runs/e6/recall.md and E6's table (archive.md, E6 in detail): plot.py's, from the
+    # committed logs and stage B's validity runs (which fix the reference cells)
     monkeypatch.chdir(os.path.join(os.path.dirname(__file__), ".."))
     assert plot.main(["docs/runs/e6", "--recall", "--reference", "docs/runs/e6b", "--out", str(tmp_path)]) == 0
     md = (tmp_path / "recall.md").read_text()
     assert md == open("docs/runs/e6/recall.md").read()
-    page = open("docs/results.md").read().split("## Recall: E6")[1].split("\n## ")[0]
+    page = open("docs/archive.md").read().split("### E6 in detail")[1].split("\n### ")[0]
     assert "\n".join(line for line in md.splitlines() if line.startswith("|")) in page
