@@ -47,16 +47,16 @@ def flat(r):
 
 def reading(r):
     """The plan's reading of an arm against MHA (docs/plan.md, E7, part A), in a few words: more
-    often where Fisher establishes more solved by the cap; as many (Fisher not established, at
-    most 2 runs under MHA's share) and later or
-    sooner where the log-rank test establishes it; fewer, with a censored run flat on the plateau
-    (can't tell capacity from learning), or with every censored run still rising (the cap, not
-    the cache, is the limit seen); inconclusive where neither."""
+    often where Fisher establishes more solved by the cap; as often (Fisher not established, at
+    most 2 runs under MHA's share), later or sooner where the log-rank test establishes it;
+    fewer, with a censored run flat on the plateau (can't tell capacity from learning), or with
+    every censored run still rising (the cap, not the cache, is the limit seen); inconclusive
+    where neither."""
     b = r["base"]
     short = (b["k"] / b["n"] - r["k"] / r["n"]) * r["n"]  # runs short of MHA's share
-    fewer = r["p_f_holm"] < 0.05 and short > 0
     if r["p_f_holm"] < 0.05 and short < 0:
         return "more often"
+    fewer = r["p_f_holm"] < 0.05 and short > 0
     if not fewer and short <= 2:
         if r["p_lr_holm"] < 0.05:
             return "later" if r["o_e"] < 0 else "sooner"
@@ -201,7 +201,8 @@ def survival_mode(runs):
              "curve accuracies lie within 0.02 of each other (the rest were still rising)",
              "reading (docs/plan.md, E7): as often, where the share solved by the cap is not "
              "established below MHA's (Fisher, Holm) and within 2 runs of it, later or sooner "
-             "where log-rank establishes it too; fewer solved (established): can't tell capacity "
+             "where log-rank establishes it too; more often where Fisher establishes more solved; "
+             "fewer solved (established): can't tell capacity "
              "from learning where a censored run is flat, past the cap (it learns later than the "
              "cap allows) where every censored run was still rising; inconclusive where neither",
              "KV B/token: flops.py's, as the log's header gives it; a window's, the average over a "

@@ -106,8 +106,9 @@ def equal_caches(root):
     each unless E8 ran it again (docs/plan.md)."""
     path = os.path.join(root, "e8")
     ended = os.path.exists(os.path.join(path, E8_ENDED))
-    if len(glob.glob(os.path.join(path, "*", "log.jsonl"))) < (1 if ended else 11 * E8_SEEDS):
-        return None  # E8's own 11 rows (E5's GQA and LRKV r=7 aside) not all in: nothing read yet
+    own = sum(E8_PLAN) - 2  # E8's own rows: E5's GQA and LRKV r=7 aside
+    if len(glob.glob(os.path.join(path, "*", "log.jsonl"))) < (1 if ended else own * E8_SEEDS):
+        return None  # not all in: nothing read yet
     runs = load_runs([path])
     for attn in ("gqa", "lrkv"):  # E5's rows: GQA kv=2 and LRKV r=7, neither shared
         if not any(r["attn"] == attn and kind(attn, r["config"]) == "narrow" for r in runs):
@@ -208,14 +209,15 @@ def glance_table(cols, cache, e6, passed, e5, e8=None, e7=None):
     key = (f"Key: {', '.join(codes[:-1])} and {codes[-1]} by column" + ("; the row against GQA is E5" if e5 else "")
            + ("; the best-way rows are E8" if e8 else "") + ".")  # one line: the codes a head leaves out, each a section of docs/results.md
     glosses = [f"{h[0].upper()}{h[1:]}: {gloss}." for _, h, _, gloss in GLANCE if gloss]
-    lookup = (f"Learned the lookup (MQAR): runs of {e6['mha', 0]['n']} at test accuracy ≥{SOLVED} "
-              f"with {e6['mha', 0]['pairs']} pairs after {e6['mha', 0]['steps']:,} steps on "
-              f"{e6['mha', 0]['context']}-token sequences; Fisher's test against MHA's." if e6 and not e7 else "")
     if e7:
         c = e7["mha", 0]["runs"][0]["config"]
         lookup = (f"Less or only later (MQAR recall, {c['block_size']} tokens): runs of {e7['mha', 0]['n']} "
                   f"that learned the lookup by step {e7['mha', 0]['cap']:,}, and the plan's reading "
                   "against MHA's.")
+    else:
+        lookup = (f"Learned the lookup (MQAR): runs of {e6['mha', 0]['n']} at test accuracy ≥{SOLVED} "
+                  f"with {e6['mha', 0]['pairs']} pairs after {e6['mha', 0]['steps']:,} steps on "
+                  f"{e6['mha', 0]['context']}-token sequences; Fisher's test against MHA's." if e6 else "")
     return table + "\n\n" + key + "\n\n" + wrap(" ".join(s for s in (RULE, *glosses, lookup) if s))
 
 
