@@ -68,8 +68,8 @@ def reading(r):
 
 def survival_rows(runs):
     """One row per arm (design, window, cache bytes per token, d_model): its runs' times, the
-    median with its interval, the share solved at the cap; each arm against MHA's (full
-    attention, the same width and cache) by log-rank and by Fisher, each test a Holm family."""
+    median with its interval, the share solved at the cap; each arm run on MHA's seeds against
+    MHA's (full attention, the same width) by log-rank and by Fisher, each test a Holm family."""
     groups = {}
     for r in runs:
         c = r["config"]
@@ -91,7 +91,11 @@ def survival_rows(runs):
     for width in {r["width"] for r in rows}:
         mha = [r for r in rows if (r["attn"], r["window"], r["width"]) == ("mha", 0, width)]
         base = max(mha, key=lambda r: r["n"], default=None)
-        tested = [r for r in rows if base and r is not base and r["width"] == width]
+        # tested: the arms run on MHA's seeds (the same data), not part B's cache walk (its own
+        # seeds, for the frontier only), so A's families are the same with or without B's logs
+        seeds = lambda r: sorted(x["config"]["seed"] for x in r["runs"])  # noqa: E731
+        tested = [r for r in rows if base and r is not base and r["width"] == width
+                  and seeds(r) == seeds(base)]
         for r in tested:
             o_e, _, p = logrank(r["times"], r["solved"], base["times"], base["solved"])
             r.update(base=base, o_e=o_e, p_lr=p,

@@ -276,6 +276,24 @@ def test_plot_recall_gives_times_to_solve_with_kaplan_meier_log_rank_and_fisher(
     assert any("Kaplan-Meier" in n for n in notes)
 
 
+def test_a_cache_walk_on_other_seeds_joins_the_frontier_not_the_tests(tmp_path):
+    # E7: part B's points (their own seeds) read beside part A's leave A's families as they were
+    a, both = tmp_path / "a", tmp_path / "both"
+    times = {"mha": [100, 200, 300, None], "gqa": [400, 500, None, None], "mqa": [200, 300, 300, 900]}
+    for attn, ts in times.items():
+        for s, t in enumerate(ts):
+            stop_log(a / f"{attn}_s{s}", attn, s, t, kv={"mha": 1024, "gqa": 512, "mqa": 256}[attn])
+    shutil.copytree(a, both)
+    for s, t in zip((20, 21), (300, None)):  # a narrower MQA-like point, seeds never A's
+        stop_log(both / f"mqa_small_s{s}", "mqa", s, t, kv=128)
+    table = lambda d: recall.recall_mode(logs.load_runs([str(d)]))[1].split("\n\n")  # noqa: E731
+    only_a, with_b = table(a), table(both)
+    assert only_a[0] in with_b[0]  # A's rows, p values and Holm unchanged
+    walked = next(l for l in with_b[0].splitlines() if "| 128 |" in l).split("|")[1:-1]
+    assert walked[4].strip() == "1/2" and {c.strip() for c in walked[7:12]} == {"-"}
+    assert walked[-1].strip() == "-"  # no reading: existence only
+    assert "| MQA | 128 | - |" in with_b[2]  # the frontier moves down to it
+
 def test_the_plans_reading_of_each_arm():
     from analysis.survival import reading
     base = {"k": 16, "n": 16}
