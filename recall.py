@@ -120,9 +120,9 @@ class MQAR:
         for N, (x, y) in self.held[split].items():
             nats, hits, d = answers(model, x[:part], y[:part], batch_size)
             out[f"loss_p{N}"], out[f"acc_p{N}"] = nats, hits.sum().item() / len(hits)
-            if window:
+            if window:  # None where no answer lies inside: nothing there a window could learn
                 near = d < window
-                out[f"acc_win_p{N}"] = hits[near].sum().item() / max(1, near.sum().item())
+                out[f"acc_win_p{N}"] = hits[near].sum().item() / near.sum().item() if near.any() else None
             if part is None:
                 out[f"dist_p{N}"] = by_bin(hits, d)
         if len(self.pairs) == 1:  # one count: its numbers under the plain names
@@ -134,9 +134,12 @@ class MQAR:
 
     def solved(self, scores, at):
         """Whether scores (score's) reach accuracy `at` at every count: where the model has a
-        window, at the answers inside it (acc_win), the only ones a window could ever learn."""
+        window, at the answers inside it (acc_win), the only ones a window could ever learn; a count
+        with none inside (acc_win None: a window of 16 at 32 pairs) has nothing to reach."""
         keys = ["acc"] if len(self.pairs) == 1 else [f"acc_p{N}" for N in self.pairs]
-        return all(scores.get(k.replace("acc", "acc_win"), scores[k]) >= at for k in keys)
+        got = [a for a in (scores.get(k.replace("acc", "acc_win"), scores[k]) for k in keys)
+               if a is not None]
+        return bool(got) and all(a >= at for a in got)
 
 
 def distances(x, y):

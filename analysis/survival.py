@@ -28,14 +28,16 @@ def whole_set_solved(r):
     # the stop read a quarter of the test set: whether every test example agrees, at each count
     sc = r["score"]
     keys = [k for k in sc if re.fullmatch(r"test_acc_p\d+", k)] or ["test_acc"]
-    return all(sc.get(k.replace("acc", "acc_win"), sc[k]) >= r["config"]["stop_acc"] for k in keys)
+    got = [a for a in (sc.get(k.replace("acc", "acc_win"), sc[k]) for k in keys) if a is not None]
+    return bool(got) and all(a >= r["config"]["stop_acc"] for a in got)  # None: none inside
 
 
 def curve(r):
     # the learning curve's test accuracy; a window's at the answers inside it (the mean over the
     # counts of test_acc_win_pN), as its solve rule and the plan's reading of it take them
     win = sorted(k for k in (r["evals"] or [{}])[-1] if re.fullmatch(r"test_acc_win_p\d+", k))
-    return np.array([np.mean([e[k] for k in win]) for e in r["evals"]]) if win else r["acc"]
+    return (np.array([np.mean([e[k] for k in win if e[k] is not None]) for e in r["evals"]])
+            if win else r["acc"])
 
 
 def flat(r):

@@ -347,6 +347,13 @@ def test_scores_by_distance_on_a_hand_built_example():
     assert windowed["acc_win"] == 1.0 and task.solved(windowed, 0.99)
     guess[0, 6] = 0  # the near answer wrong: the window's reach holds nothing right
     assert task.score(Guesses(x, guess, V, window=8), "test", part=2)["acc_win"] == 0.0
+    # a count with no answer inside the window (row 1's key is 14 back) has nothing to reach: it
+    # is None and left out of the solve rule, not read as 0 (E7's window of 16 at 32 pairs)
+    guess[0, 6] = 12
+    task.pairs, task.held["test"] = [2, 1], {2: (x[:1], y[:1]), 1: (x[1:], y[1:])}
+    mixed = task.score(Guesses(x, guess, V, window=8), "test")
+    assert mixed["acc_win_p2"] == 1.0 and mixed["acc_win_p1"] is None and task.solved(mixed, 0.99)
+    assert not task.solved(task.score(Guesses(x, guess, V, window=2), "test"), 0.99)  # none inside
 
 
 def test_every_distance_points_back_to_its_key():

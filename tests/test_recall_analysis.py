@@ -267,6 +267,11 @@ def test_plot_recall_gives_times_to_solve_with_kaplan_meier_log_rank_and_fisher(
     # a window's curve is its accuracy inside the window: rising there while flat over every answer
     evals = [{"test_acc_win_p4": a, "test_acc_win_p8": a / 2, "test_acc_p4": 0.1} for a in (0.2, 0.3, 0.4)]
     assert not survival.flat({"acc": np.array([0.1, 0.1, 0.1]), "evals": evals})
+    # a count with no answer inside the window (None) is left out, not read as 0
+    evals = [{"test_acc_win_p4": a, "test_acc_win_p8": None} for a in (0.2, 0.3, 0.4)]
+    assert survival.curve({"evals": evals}).tolist() == [0.2, 0.3, 0.4]
+    score = {"test_acc_p4": 0.5, "test_acc_win_p4": 0.995, "test_acc_p8": 0.0, "test_acc_win_p8": None}
+    assert survival.whole_set_solved({"score": score, "config": {"stop_acc": 0.99}})
     # the frontier: MQA's 256 B solved; the window never did, at 32 of 128 tokens: 256 B
     frontier = table.split("\n\n")[2]
     assert "| MQA | 256 | - |" in frontier and "| Standard MHA, windows | - | 256 |" in frontier
