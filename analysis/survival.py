@@ -124,29 +124,44 @@ def pooled_distance(runs, counts=True):
 
 
 def draw_survival(rows):
-    """The fraction of runs solved against steps (1 - Kaplan-Meier), and the solved runs' test
-    accuracy by the distance from key to query, every count pooled."""
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(13, 5.5), layout="constrained")
+    """The fraction of runs solved against steps (1 - Kaplan-Meier); the solved runs' test
+    accuracy by the distance from key to query, every count pooled; and the share solved by the
+    cap against the cache, a line a design (the windows one line): part B's frontier."""
+    fig, (a1, a2, a3) = plt.subplots(1, 3, figsize=(18, 5.5), layout="constrained")
     for r in rows:
         d, km = DESIGNS[r["attn"]], kaplan_meier(r["times"], r["solved"])
         style = dict(color=d.colour, linestyle="--" if r["window"] else d.line)
         steps = [0] + [t for t, *_ in km] + [r["cap"]]
-        a1.step(steps, [1 - km_at(km, t) for t in steps], where="post",
-                label=f"{r['label']}, {r['kv']:.0f} B/token", **style)
+        if r["n"] > 1:  # one run's curve is a single step: part B's points are in the third panel
+            a1.step(steps, [1 - km_at(km, t) for t in steps], where="post",
+                    label=f"{r['label']}, {r['kv']:.0f} B/token", **style)
         cells = pooled_distance(r["runs"], counts=False)
         if cells:
             bins = sorted(cells)
             a2.plot(bins, [cells[b][0] / cells[b][1] for b in bins], marker="o", **style)
+    kind = lambda r: "window" if r["window"] else r["attn"]  # noqa: E731
+    for k in dict.fromkeys(map(kind, rows)):
+        mine = sorted((r for r in rows if kind(r) == k), key=lambda r: r["kv"])
+        d = DESIGNS[mine[0]["attn"]]
+        a3.plot([r["kv"] for r in mine], [r["k"] / r["n"] for r in mine], marker="o", color=d.colour,
+                linestyle="--" if k == "window" else d.line)
+        for r in mine:
+            a3.annotate(f"{r['k']}/{r['n']}", (r["kv"], r["k"] / r["n"]), fontsize=7,
+                        textcoords="offset points", xytext=(3, 3))
+    a3.set_xscale("log", base=2)
+    a3.set_xlabel("KV cache, bytes per token (a window's: its average over a sequence)")
+    a3.set_ylabel("share of runs solved by the cap (k/n beside each)")
     a1.set_xlabel("training step")
     a1.set_ylabel("fraction of runs solved (1 - Kaplan-Meier)")
     a2.set_xscale("log", base=2)
     a2.set_xlabel("distance from key to query (bins from 2^k)")
     a2.set_ylabel("test accuracy of the solved runs, every count")
-    for ax in (a1, a2):
+    for ax in (a1, a2, a3):
         ax.set_ylim(-0.05, 1.05)
         ax.grid(alpha=0.3)
     fig.legend(loc="outside right upper", fontsize=8)
-    fig.suptitle("How long each design takes to learn the lookup, and what it recalls by distance")
+    fig.suptitle("How long each design takes to learn the lookup, what it recalls by distance, "
+                 "and the smallest cache seen to learn it")
     return fig
 
 

@@ -291,8 +291,11 @@ def test_a_cache_walk_on_other_seeds_joins_the_frontier_not_the_tests(tmp_path):
     shutil.copytree(a, both)
     for s, t in zip((20, 21), (300, None)):  # a narrower MQA-like point, seeds never A's
         stop_log(both / f"mqa_small_s{s}", "mqa", s, t, kv=128)
-    table = lambda d: recall.recall_mode(logs.load_runs([str(d)]))[1].split("\n\n")  # noqa: E731
-    only_a, with_b = table(a), table(both)
+    fig, table, _, _ = recall.recall_mode(logs.load_runs([str(both)]))
+    with_b, only_a = table.split("\n\n"), recall.recall_mode(logs.load_runs([str(a)]))[1].split("\n\n")
+    # the third panel, the share solved against the cache: MQA's line through 128 B (1/2) and 256 B
+    mqa = [ln for ln in fig.axes[2].lines if list(ln.get_xdata()) == [128, 256]]
+    assert len(mqa) == 1 and list(mqa[0].get_ydata()) == [0.5, 1.0]
     assert only_a[0] in with_b[0]  # A's rows, p values and Holm unchanged
     walked = next(l for l in with_b[0].splitlines() if "| 128 |" in l).split("|")[1:-1]
     assert walked[4].strip() == "1/2" and {c.strip() for c in walked[7:12]} == {"-"}
