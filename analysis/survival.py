@@ -165,16 +165,29 @@ def draw_survival(rows):
     return fig
 
 
+def most_pairs(row):
+    """The solved runs' mean test accuracy at the largest count, over every answer (a window's
+    beyond it too: what it holds, where its solve rule reads only what it reaches), and N."""
+    sc = [r["score"] for r, s in zip(row["runs"], row["solved"]) if s]
+    counts = [int(k[len("test_acc_p"):]) for k in sc[0] if re.fullmatch(r"test_acc_p\d+", k)]
+    key = f"test_acc_p{max(counts)}" if counts else "test_acc"
+    return np.mean([x[key] for x in sc]), max(counts, default=None)
+
+
 def frontier(rows):
-    """Per design (the windows as one): the smallest cache seen to solve, the largest seen to
-    fail on every seed."""
+    """Per design (the windows as one): the smallest cache seen to solve, with its solved runs'
+    accuracy at the most pairs over every answer, and the largest cache seen to fail on every
+    seed."""
     kind = lambda r: "window" if r["window"] else r["attn"]  # noqa: E731
     out = []
     for k in dict.fromkeys(map(kind, rows)):
         mine = [r for r in rows if kind(r) == k]
-        held, lost = [r["kv"] for r in mine if r["k"]], [r["kv"] for r in mine if not r["k"]]
+        held = min((r for r in mine if r["k"]), key=lambda r: r["kv"], default=None)
+        lost = [r["kv"] for r in mine if not r["k"]]
+        acc, N = most_pairs(held) if held else (None, None)
         out.append([DESIGNS[k].label if k != "window" else "Standard MHA, windows",
-                    fmt(min(held, default=None), ".0f"), fmt(max(lost, default=None), ".0f")])
+                    fmt(held and held["kv"], ".0f"), fmt(acc, ".3f") + (f" at {N}" if N else ""),
+                    fmt(max(lost, default=None), ".0f")])
     return out
 
 
@@ -194,8 +207,11 @@ def survival_tables(rows):
             for r in rows for N, cells in sorted(pooled_distance(r["runs"]).items())]
     return (render(head, body)
             + "\n\nThe frontier: the smallest cache (KV bytes per token) seen to solve every "
-            "count, and the largest seen to fail on every seed ('-': none):\n\n"
-            + render(["design", "smallest solved", "largest never"], frontier(rows))
+            "count (a window: at the keys inside it), its solved runs' test accuracy at the most "
+            "pairs over every answer (a window's beyond it too), and the largest cache seen to "
+            "fail on every seed ('-': none):\n\n"
+            + render(["design", "smallest solved", "there: accuracy, every answer, pairs",
+                      "largest never"], frontier(rows))
             + "\n\nTest accuracy of the solved runs by the distance from key to query (every test "
             "example, pooled over seeds):\n\n"
             + render(["arm", "pairs", *(f"{b}-{2 * b - 1}" for b in bins)], dist))

@@ -272,9 +272,13 @@ def test_plot_recall_gives_times_to_solve_with_kaplan_meier_log_rank_and_fisher(
     assert survival.curve({"evals": evals}).tolist() == [0.2, 0.3, 0.4]
     score = {"test_acc_p4": 0.5, "test_acc_win_p4": 0.995, "test_acc_p8": 0.0, "test_acc_win_p8": None}
     assert survival.whole_set_solved({"score": score, "config": {"stop_acc": 0.99}})
+    # the frontier's accuracy at the most pairs, every answer: the solved runs' mean, not the window's
+    runs = [{"score": dict(score, test_acc_p8=a)} for a in (0.1, 0.3, 0.9)]
+    acc, N = survival.most_pairs({"runs": runs, "solved": [True, True, False]})
+    assert N == 8 and acc == pytest.approx(0.2)
     # the frontier: MQA's 256 B solved; the window never did, at 32 of 128 tokens: 256 B
     frontier = table.split("\n\n")[2]
-    assert "| MQA | 256 | - |" in frontier and "| Standard MHA, windows | - | 256 |" in frontier
+    assert "| MQA | 256 | 1.000 | - |" in frontier and "| Standard MHA, windows | - | - | 256 |" in frontier
     # by distance, the solved runs' hits pooled: MHA's 4 solved runs at 4 pairs, bin 2: 12 of 16
     dist = table.split("\n\n")[4]
     assert "| Standard MHA, 1024 B | 4 | 0.750 | - | - | 1.000 | - | - |" in dist
@@ -300,7 +304,7 @@ def test_a_cache_walk_on_other_seeds_joins_the_frontier_not_the_tests(tmp_path):
     walked = next(l for l in with_b[0].splitlines() if "| 128 |" in l).split("|")[1:-1]
     assert walked[4].strip() == "1/2" and {c.strip() for c in walked[7:12]} == {"-"}
     assert walked[-1].strip() == "-"  # no reading: existence only
-    assert "| MQA | 128 | - |" in with_b[2]  # the frontier moves down to it
+    assert "| MQA | 128 | 1.000 | - |" in with_b[2]  # the frontier moves down to it
 
 def test_the_plans_reading_of_each_arm():
     from analysis.survival import reading
