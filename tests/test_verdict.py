@@ -80,6 +80,8 @@ def test_e6s_numbers_in_its_prose_are_its_logs_and_its_geometry():
             window.append(score["test_acc_p4"])
     assert (len(solved), len(plateau)) == (47, 49)
     page = open(os.path.join(ROOT, "docs", "results.md")).read().split("## Recall: E6")[1].split("\n## ")[0]
+    # and the rest of its reading, in archive.md's E6 in detail
+    page += open(os.path.join(ROOT, "docs", "archive.md")).read().split("### E6 in detail")[1].split("\n### ")[0]
     page = " ".join(page.split())
     low = [s["test_acc_p4"] for s in plateau]
     assert f"at 4 pairs the others stay at {min(low):.2f}–{max(low):.2f}" in page
