@@ -122,7 +122,8 @@ class MQAR:
             out[f"loss_p{N}"], out[f"acc_p{N}"] = nats, hits.sum().item() / len(hits)
             if window:  # None where no answer lies inside: nothing there a window could learn
                 near = d < window
-                out[f"acc_win_p{N}"] = hits[near].sum().item() / near.sum().item() if near.any() else None
+                out[f"acc_win_p{N}"] = (hits[near].sum().item() / near.sum().item()
+                                        if near.any() else None)
             if part is None:
                 out[f"dist_p{N}"] = by_bin(hits, d)
         if len(self.pairs) == 1:  # one count: its numbers under the plain names

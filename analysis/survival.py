@@ -19,6 +19,10 @@ def label(attn, window):
     return DESIGNS[attn].label + (f", window {window}" if window else "")
 
 
+def kind(row):
+    return "window" if row["window"] else row["attn"]  # the windows as one design
+
+
 def time_to_solve(r):
     """(step, solved): the step a run stopped at, solved; or its cap, censored."""
     return r["score"]["step"], bool(r["score"].get("stopped"))
@@ -139,12 +143,11 @@ def draw_survival(rows):
         if cells:
             bins = sorted(cells)
             a2.plot(bins, [cells[b][0] / cells[b][1] for b in bins], marker="o", **style)
-    kind = lambda r: "window" if r["window"] else r["attn"]  # noqa: E731
     for k in dict.fromkeys(map(kind, rows)):
         mine = sorted((r for r in rows if kind(r) == k), key=lambda r: r["kv"])
         d = DESIGNS[mine[0]["attn"]]
-        a3.plot([r["kv"] for r in mine], [r["k"] / r["n"] for r in mine], marker="o", color=d.colour,
-                linestyle="--" if k == "window" else d.line)
+        a3.plot([r["kv"] for r in mine], [r["k"] / r["n"] for r in mine], marker="o",
+                color=d.colour, linestyle="--" if k == "window" else d.line)
         for r in mine:
             a3.annotate(f"{r['k']}/{r['n']}", (r["kv"], r["k"] / r["n"]), fontsize=7,
                         textcoords="offset points", xytext=(3, 3))
@@ -178,7 +181,6 @@ def frontier(rows):
     """Per design (the windows as one): the smallest cache seen to solve, with its solved runs'
     accuracy at the most pairs over every answer, and the largest cache seen to fail on every
     seed."""
-    kind = lambda r: "window" if r["window"] else r["attn"]  # noqa: E731
     out = []
     for k in dict.fromkeys(map(kind, rows)):
         mine = [r for r in rows if kind(r) == k]
