@@ -285,7 +285,7 @@ def test_plot_recall_gives_times_to_solve_with_kaplan_meier_log_rank_and_fisher(
     assert any("Kaplan-Meier" in n for n in notes)
 
 
-def test_a_cache_walk_on_other_seeds_joins_the_frontier_not_the_tests(tmp_path):
+def test_a_cache_walk_on_other_seeds_joins_the_frontier_not_the_tests(tmp_path, capsys):
     # E7: part B's points (their own seeds) read beside part A's leave A's families as they were
     a, both = tmp_path / "a", tmp_path / "both"
     times = {"mha": [100, 200, 300, None], "gqa": [400, 500, None, None], "mqa": [200, 300, 300, 900]}
@@ -305,6 +305,11 @@ def test_a_cache_walk_on_other_seeds_joins_the_frontier_not_the_tests(tmp_path):
     assert walked[4].strip() == "1/2" and {c.strip() for c in walked[7:12]} == {"-"}
     assert walked[-1].strip() == "-"  # no reading: existence only
     assert "| MQA | 128 | 1.000 | - |" in with_b[2]  # the frontier moves down to it
+    # an arm of part A short of one of MHA's seeds is not tested, and says so
+    shutil.rmtree(a / "gqa_s3")
+    short = recall.recall_mode(logs.load_runs([str(a)]))[1].split("\n\n")[0]
+    assert "warning: GQA, 512 B: not every one of MHA's seeds" in capsys.readouterr().err
+    assert next(l for l in short.splitlines() if "| GQA |" in l).split("|")[9].strip() == "-"
 
 def test_the_plans_reading_of_each_arm():
     from analysis.survival import reading
