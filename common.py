@@ -1,6 +1,7 @@
 """
 What the scripts share: the table of the designs, the device and precision a run
-computes in, and how bad input is refused. Imports no torch at load time: plot.py uses it too.
+computes in, how bad input is refused, and MQAR's solve rule (train.py stops on it, the analysis
+reads it back). Imports no torch at load time: plot.py uses it too.
 """
 import argparse
 import os
@@ -70,6 +71,16 @@ def count(s):
 
 def warn(msg):
     print(f"warning: {msg}", file=sys.stderr)
+
+
+def reaches(scores, keys, at):
+    """Whether the accuracies `keys` of scores (acc, acc_pN, or test_acc_pN from a log) reach `at`:
+    where the model has a window, at the answers inside it (the key's acc_win twin), the only ones
+    a window could learn; a count with none inside (None) has nothing to reach and is left out,
+    and a model with nothing left is not solved."""
+    got = [a for a in (scores.get(k.replace("acc", "acc_win"), scores[k]) for k in keys)
+           if a is not None]
+    return bool(got) and all(a >= at for a in got)
 
 
 def setting(cfg):

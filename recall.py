@@ -15,6 +15,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from common import reaches
+
 IGNORE = -100  # the target of a position that is not an answer: F.cross_entropy's ignore_index
 SPLITS = ("train", "val", "test")
 
@@ -138,9 +140,7 @@ class MQAR:
         window, at the answers inside it (acc_win), the only ones a window could ever learn; a count
         with none inside (acc_win None: a window of 16 at 32 pairs) has nothing to reach."""
         keys = ["acc"] if len(self.pairs) == 1 else [f"acc_p{N}" for N in self.pairs]
-        got = [a for a in (scores.get(k.replace("acc", "acc_win"), scores[k]) for k in keys)
-               if a is not None]
-        return bool(got) and all(a >= at for a in got)
+        return reaches(scores, keys, at)
 
 
 def distances(x, y):

@@ -9,7 +9,7 @@ import re
 import matplotlib.pyplot as plt
 import numpy as np
 
-from common import DESIGNS, warn
+from common import DESIGNS, reaches, warn
 from analysis.logs import cache
 from analysis.stats import (fisher_exact, fmt, holm, kaplan_meier, km_at, logrank, median_time,
                             render)
@@ -32,8 +32,7 @@ def whole_set_solved(r):
     # the stop read a quarter of the test set: whether every test example agrees, at each count
     sc = r["score"]
     keys = [k for k in sc if re.fullmatch(r"test_acc_p\d+", k)] or ["test_acc"]
-    got = [a for a in (sc.get(k.replace("acc", "acc_win"), sc[k]) for k in keys) if a is not None]
-    return bool(got) and all(a >= r["config"]["stop_acc"] for a in got)  # None: none inside
+    return reaches(sc, keys, r["config"]["stop_acc"])  # the stop's rule (recall.MQAR.solved)
 
 
 def curve(r):
@@ -100,10 +99,11 @@ def survival_rows(runs):
         # tested: the arms run on MHA's seeds (the same data), not part B's cache walk (its own
         # seeds, for the frontier only), so A's families are the same with or without B's logs
         seeds = lambda r: sorted(x["config"]["seed"] for x in r["runs"])  # noqa: E731
-        tested = [r for r in rows if base and r is not base and r["width"] == width
-                  and seeds(r) == seeds(base)]
-        for r in rows:  # an arm of part A short of a run would leave its family unsaid
-            if base and r not in tested and r is not base and set(seeds(r)) & set(seeds(base)):
+        tested = []
+        for r in (r for r in rows if base and r is not base and r["width"] == width):
+            if seeds(r) == seeds(base):
+                tested.append(r)
+            elif set(seeds(r)) & set(seeds(base)):  # an arm of part A short of a run: say so
                 warn(f"{r['label']}, {r['kv']:.0f} B: not every one of MHA's seeds; not "
                      "tested against MHA")
         for r in tested:
