@@ -36,11 +36,11 @@ def incumbent(row):
     return (row["attn"] == "mqa" or two) and row["kind"] == "narrow"
 
 
-def families(runs):
-    """(rows, fams): every setting of the runs (analysis.sweeps.sweep) with its kind, cache share
-    at full context and parameters; fams, one per incumbent present, each a list of rows: the
-    incumbent first, then the other settings within NEAR of its share, each with its paired Δ to
-    the incumbent at the final step and Holm over the family."""
+def families(runs, cut=()):
+    """(rows, fams, cut): every setting of the runs (analysis.sweeps.sweep) with its kind, cache
+    share at full context and parameters; fams, one per incumbent present, each a list of rows:
+    the incumbent first, then the other settings within NEAR of its share, each with its paired Δ
+    to the incumbent at the final step and Holm over the family; cut, the seeds not read."""
     rows = sweep(runs)
     for r in rows:
         seeds = [x["config"].get("seed") for x in r["runs"]]
@@ -55,20 +55,20 @@ def families(runs):
     near = [sorted((r for r in rows if r is not inc and r["kind"] and r["share"] is not None
                     and not incumbent(r) and abs(r["share"] - inc["share"]) <= NEAR),
                    key=lambda r: (list(KINDS).index(r["kind"]), r["share"])) for inc in incs]
-    # whole seeds only: a seed that some row of the families lacks is read in none (plan, E8)
+    # whole seeds only: a seed that some row of the families lacks is read in none (plan, E8), and
+    # drawn in no row either, so that every point of the figure stands on the same seeds
     every = [*incs, *(r for rs in near for r in rs)]
     seed = lambda x: x["config"].get("seed")
     whole = set.intersection(*({seed(x) for x in r["runs"]} for r in every)) if every else set()
-    cut = {id(x): seed(x) for r in every for x in r["runs"] if seed(x) not in whole}
-    if cut and not whole:
+    out = {seed(x) for x in runs} - whole if every else set()
+    if out and not whole:
         raise ValueError("no seed that every row of the families ran: nothing to pair")
-    if cut:
-        warn(f"seed(s) {', '.join(map(str, sorted(set(cut.values()))))} not read: "
-             "not run by every row")
-        return families([x for x in runs if id(x) not in cut])
+    if out:
+        warn(f"seed(s) {', '.join(map(str, sorted(out)))} not read: not run by every row")
+        return families([x for x in runs if seed(x) in whole], sorted(out))
     fams = [[inc, *family([{**r, **seed_stats(r["runs"], inc["runs"], r["step"])} for r in rs])]
             for inc, rs in zip(incs, near)]
-    return rows, fams
+    return rows, fams, list(cut)
 
 
 def word(r):
@@ -84,13 +84,16 @@ def best(fam):
 
 
 def answer(fam):
-    """The family's answer: its best row, or that none is better than the incumbent."""
+    """The family's answer: its best row, or that none is better than the incumbent; and the
+    number of rows Holm corrected over, so that a row missing from the family is seen."""
     inc, top = fam[0], best(fam)
+    k = sum(r.get("p") is not None for r in fam[1:])
+    k = f" (Holm over {k} row{'s' * (k != 1)}, {inc['n']} seeds)"
     if top:
-        return f"best at {inc['share']:.0%}: {top['name']} ({top['diff']:+.4f} nats)"
+        return f"best at {inc['share']:.0%}: {top['name']} ({top['diff']:+.4f} nats)" + k
     equal = [r["name"] for r in fam[1:] if word(r) == "= equal"]
     return (f"at {inc['share']:.0%}: no way is better than {inc['name']}"
-            + (f"; shown equal: {', '.join(equal)}" if equal else ""))
+            + (f"; shown equal: {', '.join(equal)}" if equal else "") + k)
 
 
 def draw(rows):
@@ -114,7 +117,7 @@ def draw(rows):
 
 def equal_cache_mode(runs):
     """E8's figure, its table (one block per family), the answers, and the files' names."""
-    rows, fams = families(runs)
+    rows, fams, cut = families(runs)
     head = ["family", "kind", "setting", "cache", "params", "seeds", "test loss",
             *gap_head("Δ incumbent"), "reads"]
     body = []
@@ -129,6 +132,15 @@ def equal_cache_mode(runs):
     notes = [f"final test loss at step {rows[0]['step']} (mean over seeds); cache: bytes per token "
              "as the run's header counts them, a window's at the full context, as a share of MHA's",
              RULE + "; Holm within each family (cache share), the families not corrected for each "
-             f"other; reads: ahead/behind where Holm's p < 0.05, '= equal' where ±{MARGIN} holds"]
+             f"other; reads: ahead/behind where Holm's p < 0.05, '= equal' where ±{MARGIN} holds",
+             "kind: what takes a row to its family's share; a row that also narrows (GQA-2 K=V, "
+             "LRKV with kv_share) is marked by its sharing"]
+    if cut:
+        notes.append(f"seed(s) {', '.join(map(str, cut))} not read, in any row or the figure: "
+                     "not run by every row of the families")
+    joined = {id(x) for f in fams for x in f}
+    alone = [r["name"] for r in rows if id(r) not in joined]
+    if alone:
+        notes.append(f"drawn only (no incumbent within {NEAR * 100:.0f} points of its share): {', '.join(alone)}")
     table = render(head, body) + "\n\n" + "\n".join(f"- {a}" for a in answers)
     return draw(rows)[0], table, notes, ("figure_equal_cache", "equal_cache.md")

@@ -270,8 +270,9 @@ def test_e8s_rows_give_the_best_way_to_halve_and_quarter_once_every_run_is_in(tm
     short, full, _ = verdict.verdict(str(root))
     glance = rows(short)
     assert glance["best way to halve the cache"] == ["50%", "MHA kv=4 K=V -0.020 ahead", "-", "-", "-"]
-    # MQA is GQA + 0.01 and every 25% row at least as far behind: none beats it
-    assert glance["best way to quarter the cache"] == ["25%", "none beats MQA kv=1", "-", "-", "-"]
+    # MQA is GQA + 0.01 and every 25% row as far behind or further: none beats it, one is equal
+    assert glance["best way to quarter the cache"] == ["25%", "none beats MQA; 1 equal", "-", "-", "-"]
+    assert re.search(r"MHA kv=4 K=V share 2 [+-]0\.0000 \[[^]]+\] equivalent", full)  # which: the full reading
     assert "the best-way rows are E8." in short and "Every way to cut the cache (E8)" in full
     assert "LRKV r=7 " in full.split("Every way")[1]  # E5's runs stand in for E8's LRKV r=7 and GQA
     assert_fits_a_glance(short)
@@ -283,16 +284,37 @@ def test_e8s_rows_give_the_best_way_to_halve_and_quarter_once_every_run_is_in(tm
     assert {r["n"] for f in fams for r in f} == {11} and "LRKV r=7" in [r["name"] for r in fams[0]]
 
 
-@pytest.mark.parametrize("redo", ["gqa", "lrkv"])
+@pytest.mark.parametrize("redo", ["gqa", "lrkv", "gqa lrkv"])
 def test_e8_reads_e5s_rows_each_unless_e8_ran_it_again(tmp_path, redo):
-    # the plan's REDO of one of E5's rows: E8's runs of it replace E5's, E5's other row still counts
-    import shutil
+    # the plan's REDO of E5's rows: E8's runs of a row replace E5's, E5's other row still counts.
+    # E8's runs of a row are E5's shifted (GQA +0.05, LRKV +0.03), so the Δs show which were read
     root = e8_runs(tmp_path)
-    for s in range(12):
-        shutil.copytree(root / "e5" / f"cpu_{redo}_s{s}", root / "e8" / f"{redo}_s{s}")
+    shift = {"gqa": 0.05, "lrkv": 0.03}
+    for attn in redo.split():
+        for s in range(12):
+            lines = [json.loads(l) for l in open(root / "e5" / f"cpu_{attn}_s{s}" / "log.jsonl")]
+            for rec in lines:
+                if rec["type"] == "score":
+                    rec["test_loss"] += shift[attn]
+            os.makedirs(root / "e8" / f"{attn}_s{s}")
+            with open(root / "e8" / f"{attn}_s{s}" / "log.jsonl", "w") as f:
+                f.write("".join(json.dumps(rec) + "\n" for rec in lines))
+    gqa, lrkv = [shift[a] * (a in redo) for a in ("gqa", "lrkv")]
     short, full, _ = verdict.verdict(str(root))
-    assert rows(short)["best way to halve the cache"][1] == "MHA kv=4 K=V -0.020 ahead"
-    assert "LRKV r=7 +0.0032" in full.split("Every way")[1]  # one LRKV r=7 row, E5's numbers either way
+    assert rows(short)["best way to halve the cache"][1] == f"MHA kv=4 K=V {-0.02 - gqa:+.3f} ahead"
+    assert f"LRKV r=7 {0.0032 + lrkv - gqa:+.4f}" in full.split("Every way")[1]  # one LRKV r=7 row
+    # the 25% family's Δs, against E8's MQA, do not move
+    assert rows(short)["best way to quarter the cache"][1] == "none beats MQA; 1 equal"
+
+
+def test_e8_with_a_planned_row_missing_is_not_read_and_says_why(tmp_path, capsys):
+    root = e8_runs(tmp_path)
+    import shutil
+    for s in range(12):  # the window of 64 not run: the 25% family's Holm would be over 5, not 6
+        shutil.rmtree(root / "e8" / f"mha_w64_s{s}")
+    (root / "e8" / "ENDED").write_text("seeds 0-11 whole\n")
+    assert "best way to quarter the cache" not in rows(verdict.verdict(str(root))[0])
+    assert "E8 not read: its families have [6, 6] rows, the plan [6, 7]" in capsys.readouterr().err
 
 
 def e7_log(path, attn, seed, stop, window=0, kv=1024, rising=False, cap=12000):
