@@ -101,9 +101,11 @@ def draw(rows):
     fig, ax = plt.subplots(figsize=(8, 5.5))
     pts = [r for r in rows if r["mean"] is not None and r["share"] is not None]
     at = {id(r): round(r["share"] * r["kv"] / r["kv_pct"]) for r in pts}  # bytes, a window's at T
+    size = lambda r: round(r["share"] * 20)  # a family's rows (within 5 points) share an x
     for r in pts:  # rows at one cache size side by side, 3% of x apart, so none hides another
-        same = [id(o) for o in pts if at[id(o)] == at[id(r)]]
-        x = at[id(r)] * (1 + 0.03 * (same.index(id(r)) - (len(same) - 1) / 2))
+        same = sorted((o for o in pts if size(o) == size(r)), key=lambda o: at[id(o)])
+        i = [id(o) for o in same].index(id(r))
+        x = max(at[id(o)] for o in same) * (1 + 0.03 * (i - (len(same) - 1) / 2))
         d = DESIGNS[r["attn"]]
         ax.errorbar(x, r["mean"], yerr=r["sd"] or 0, color=d.colour, capsize=3,
                     marker=KINDS.get(r["kind"], "D"), markersize=7, linestyle="none")

@@ -145,3 +145,16 @@ def test_a_seed_not_read_is_named_in_the_notes_and_left_out_of_the_figure(e8):
     assert "seed(s) 3 not read, in any row or the figure" in md
     rows, _, cut = equal.families(logs.load_runs([str(e8)]))
     assert cut == [3] and {r["name"]: r["n"] for r in rows}["Standard MHA kv=4"] == 3  # drawn on seeds 0-2 too
+
+
+def test_rows_a_little_apart_in_bytes_are_set_apart_in_the_figure(e8):
+    # LRKV r=7's 992 bytes beside GQA's 1,024: 3% apart, their labels overlapped; one family, one x
+    for seed, last in enumerate(GQA):
+        h = header("lrkv", f"lrkv7_s{seed}", seed=seed, kv_bytes_per_token=992)
+        h["config"]["lrkv_rank"] = 7
+        write(e8 / h["run"], [h] + step_lines("lrkv", [4.0, 3.0, last]))
+    rows, _, _ = equal.families(logs.load_runs([str(e8)]))
+    _, ax = equal.draw(rows)
+    x = sorted(c.lines[0].get_xdata()[0] for c in ax.containers)
+    x = [v for v in x if abs(v - 1000) < 100]  # the 50% family's five
+    assert len(x) == 5 and min(np.diff(x)) == pytest.approx(0.03 * 1024)  # LRKV r=7 leftmost, all 3% apart
