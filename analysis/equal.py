@@ -97,23 +97,30 @@ def answer(fam):
 
 
 def draw(rows):
-    """Final test loss against cache bytes per token at full context, a marker per kind."""
-    fig, ax = plt.subplots(figsize=(8, 5.5))
+    """Final test loss against cache bytes per token at full context (log scale), a marker per
+    kind; a family's rows side by side, 7% of x apart, each labelled upright above its bar."""
+    fig, ax = plt.subplots(figsize=(9, 6))
     pts = [r for r in rows if r["mean"] is not None and r["share"] is not None]
     at = {id(r): round(r["share"] * r["kv"] / r["kv_pct"]) for r in pts}  # bytes, a window's at T
     size = lambda r: round(r["share"] * 20)  # a family's rows (within 5 points) share an x
-    for r in pts:  # rows at one cache size side by side, 3% of x apart, so none hides another
+    for r in pts:
         same = sorted((o for o in pts if size(o) == size(r)), key=lambda o: at[id(o)])
         i = [id(o) for o in same].index(id(r))
-        x = max(at[id(o)] for o in same) * (1 + 0.03 * (i - (len(same) - 1) / 2))
-        d = DESIGNS[r["attn"]]
-        ax.errorbar(x, r["mean"], yerr=r["sd"] or 0, color=d.colour, capsize=3,
+        x = max(at[id(o)] for o in same) * 1.07 ** (i - (len(same) - 1) / 2)
+        d, sd = DESIGNS[r["attn"]], r["sd"] or 0
+        ax.errorbar(x, r["mean"], yerr=sd, color=d.colour, capsize=3,
                     marker=KINDS.get(r["kind"], "D"), markersize=7, linestyle="none")
-        ax.annotate(r["name"], (x, r["mean"]), textcoords="offset points",
-                    xytext=(4, 4), fontsize=7, color=d.colour)
+        ax.annotate(r["name"].replace("Standard ", ""), (x, r["mean"] + sd), textcoords="offset points",
+                    xytext=(0, 4), fontsize=7, color=d.colour, rotation=90, ha="center", va="bottom")
     for k, m in {**KINDS, "full (MHA)": "D"}.items():  # the legend: kinds, not designs
         ax.plot([], [], marker=m, color="grey", linestyle="none", label=k)
-    return sweep_axes(fig, ax, "KV cache per token at full context (bytes, bf16)",
+    ax.set_xscale("log", base=2)
+    ticks = [2 ** k for k in range(6, 16) if min(at.values()) / 1.3 <= 2 ** k <= max(at.values()) * 1.3]
+    ax.set_xticks(ticks, [f"{t:,}" for t in ticks])
+    lo = min(r["mean"] - (r["sd"] or 0) for r in pts)
+    hi = max(r["mean"] + (r["sd"] or 0) for r in pts)
+    ax.set_ylim(lo - 0.05 * (hi - lo), hi + 0.5 * (hi - lo))  # the top third for the labels
+    return sweep_axes(fig, ax, "KV cache per token at full context (bytes, bf16; log scale)",
                       "Half and a quarter of the cache, every way")
 
 
@@ -136,12 +143,13 @@ def equal_cache_mode(runs):
              RULE + "; Holm within each family (cache share), the families not corrected for each "
              f"other; reads: ahead/behind where Holm's p < 0.05, '= equal' where ±{MARGIN} holds",
              "kind: what takes a row to its family's share; a row that also narrows (GQA-2 K=V, "
-             "LRKV with kv_share) is marked by its sharing"]
+             "LRKV with kv_share) is marked by its sharing",
+             "the figure sets a family's rows side by side about its largest cache, 7% of x apart"]
     if cut:
         notes.append(f"seed(s) {', '.join(map(str, cut))} not read, in any row or the figure: "
                      "not run by every row of the families")
-    joined = {id(x) for f in fams for x in f}
-    alone = [r["name"] for r in rows if id(r) not in joined]
+    joined = {x["name"] for f in fams for x in f}  # a family's rows are copies, with their stats
+    alone = [r["name"] for r in rows if r["name"] not in joined]
     if alone:
         notes.append(f"drawn only (no incumbent within {NEAR * 100:.0f} points of its share): {', '.join(alone)}")
     table = render(head, body) + "\n\n" + "\n".join(f"- {a}" for a in answers)
