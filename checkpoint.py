@@ -19,9 +19,6 @@ from dataclasses import asdict
 
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.state_dict import (get_model_state_dict, get_optimizer_state_dict,
-                                                     set_model_state_dict, set_optimizer_state_dict)
 
 from common import DESIGNS, fail
 from model import GPT, GPTConfig
@@ -47,6 +44,7 @@ def latest(run_dir, fsdp):
 def sharded_state(model, optims):
     # each rank's shards of the weights and of each optimiser's state, one optimiser at a time (DCP
     # refuses several at once when one has an empty group, as AdamW's gains without MLA)
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
     return dict(model=get_model_state_dict(model),
                 **{f"optim{i}": get_optimizer_state_dict(model, o) for i, o in enumerate(optims)})
 
@@ -55,6 +53,7 @@ def save(run_dir, step, model, optims, meta, fsdp, master):
     """Every rank calls this. meta: the fields beside the weights (step, configs, scaler, rng)."""
     meta = dict(meta, step=step)
     if fsdp:
+        import torch.distributed.checkpoint as dcp  # here: DCP's import (DTensor's) slows every start
         folder = os.path.join(run_dir, f"ckpt_{step}")
         if master and os.path.exists(folder):
             shutil.rmtree(folder)  # a cut write of this step
@@ -92,6 +91,8 @@ def load_state(path, ckpt, model, optims=()):
     in place. A sharded one is read by each rank for its own shards, resharded if the number of
     ranks changed; by one process for all of them."""
     if os.path.isdir(path):
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict
         state = sharded_state(model, optims) if optims else {"model": model.state_dict()}
         dcp.load(state, checkpoint_id=path)
         if not optims:  # one process: a plain module, its whole weights

@@ -19,7 +19,6 @@ import math
 
 import torch
 import torch.distributed as dist
-from torch.distributed.tensor import DTensor
 
 # the paper's optimiser: Muon's lr for hidden matrices, AdamW's for the embedding and the head
 MATRIX_LR, EMBED_LR, HEAD_LR, WEIGHT_DECAY, BETAS = 0.02, 0.2, 0.004, 0.1, (0.9, 0.95)
@@ -101,6 +100,7 @@ class DistMuon(Muon):
 
     @torch.no_grad()
     def step(self, closure=None):
+        from torch.distributed.tensor import DTensor  # here: only several ranks pay its import
         rank, world = dist.get_rank(), dist.get_world_size()
         jobs = [(p, group, gi) for gi, group in enumerate(self.param_groups) for p in group["params"] if p.grad is not None]
 
@@ -170,6 +170,7 @@ class DistMuon(Muon):
         return [u[:part[rank]] for u in recv], work
 
     def apply(self, chunk=(), updates=(), works=()):
+        from torch.distributed.tensor import DTensor
         for w in works:
             w.wait()
         for (p, group), u in zip(chunk, updates):

@@ -19,7 +19,6 @@ from dataclasses import asdict
 
 import torch
 import torch.distributed as dist
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.checkpoint import checkpoint
 
@@ -207,9 +206,10 @@ with torch.device(device):
 if activation_checkpointing:  # each block keeps only its input; backward recomputes the rest
     for block in model.h:
         block.forward = functools.partial(checkpoint, block.forward, use_reentrant=False)
-if fsdp:  # FSDP2: each block, then the rest, as DTensors sharded on dim 0, gathered to compute
-    # bf16 as DDP's autocast computes it: a block's weights gathered in bf16, its fp32 input left
-    # alone; embedding and head fp32, so the residual stream is fp32 as under DDP; reduced in fp32
+if fsdp:  # FSDP2 (imported here: DTensor's import slows every start): each block, then the rest,
+    # as DTensors sharded on dim 0, gathered to compute; bf16 as DDP's autocast: a block's weights
+    # gathered in bf16, its fp32 input left alone; embedding, head, residual stream, reductions fp32
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     block_mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if dtype == "bf16" else None,
                                     reduce_dtype=torch.float32, cast_forward_inputs=False)
     for block in model.h:
