@@ -4,10 +4,13 @@ beside that share's incumbent (GQA with 2 K/V heads at 50%, MQA at 25%) on the s
 kinds of saving: narrow each token (GQA, MQA, MLA, LRKV), drop tokens (a sliding window), share
 what is cached (K=V, kv_share). One family per incumbent, Holm within it (docs/plan.md, E8).
 """
+import math
+
 import matplotlib.pyplot as plt
 
 from common import DESIGNS, warn
-from analysis.stats import MARGIN, RULE, family, fmt, gap, gap_head, render, seed_stats
+from analysis.stats import (MARGIN, RULE, family, final_losses, fmt, gap, gap_head, render,
+                            seed_stats)
 from analysis.sweeps import sweep, sweep_axes
 
 KINDS = {"narrow": "o", "drop": "s", "share": "^"}  # the figure's marker of each kind
@@ -36,7 +39,7 @@ def incumbent(row):
     return (row["attn"] == "mqa" or two) and row["kind"] == "narrow"
 
 
-def families(runs, cut=()):
+def families(runs):
     """(rows, fams, cut): every setting of the runs (analysis.sweeps.sweep) with its kind, cache
     share at full context and parameters; fams, one per incumbent present, each a list of rows:
     the incumbent first, then the other settings within NEAR of its share, each with its paired Δ
@@ -45,30 +48,35 @@ def families(runs, cut=()):
     for r in rows:
         seeds = [x["config"].get("seed") for x in r["runs"]]
         if len(set(seeds)) < len(seeds):  # two experiments' runs of one setting: which to pair?
-            raise ValueError(f"{', '.join(x['name'] for x in r['runs'])}: one setting with a seed twice; "
-                             "give plot.py one experiment's runs of each setting")
+            raise ValueError(f"{', '.join(x['name'] for x in r['runs'])}: one setting with a seed "
+                             "twice; give plot.py one experiment's runs of each setting")
         c = r["runs"][0]["config"]
-        r.update(kind=kind(r["attn"], c), share=held_share(r), params=r["runs"][0]["header"].get("params"),
-                 name=f"{r['label']} {r['setting']}" + (f" window {c['window']}" * bool(c.get("window"))))
+        w = f" window {c['window']}" if c.get("window") else ""
+        r.update(kind=kind(r["attn"], c), share=held_share(r),
+                 name=f"{r['label']} {r['setting']}{w}", params=r["runs"][0]["header"].get("params"))
     incs = sorted((r for r in rows if incumbent(r) and r["share"] is not None),
                   key=lambda r: -r["share"])
     near = [sorted((r for r in rows if r is not inc and r["kind"] and r["share"] is not None
                     and not incumbent(r) and abs(r["share"] - inc["share"]) <= NEAR),
                    key=lambda r: (list(KINDS).index(r["kind"]), r["share"])) for inc in incs]
-    # whole seeds only: a seed that some row of the families lacks is read in none (plan, E8), and
-    # drawn in no row either, so that every point of the figure stands on the same seeds
+    # whole seeds only: a seed that some row of the families has not finished is read in none
+    # (plan, E8), and drawn in no row either, so that every point stands on the same seeds
     every = [*incs, *(r for rs in near for r in rs)]
     seed = lambda x: x["config"].get("seed")
-    whole = set.intersection(*({seed(x) for x in r["runs"]} for r in every)) if every else set()
+    done = [set(final_losses(r["runs"], r["step"])) for r in every]  # the seeds each row finished
+    whole = set.intersection(*done) if done else set()
     out = {seed(x) for x in runs} - whole if every else set()
     if out and not whole:
         raise ValueError("no seed that every row of the families ran: nothing to pair")
     if out:
-        warn(f"seed(s) {', '.join(map(str, sorted(out)))} not read: not run by every row")
-        return families([x for x in runs if seed(x) in whole], sorted(out))
+        lost = [r["name"] for r in rows if not {seed(x) for x in r["runs"]} & whole]
+        warn(f"seed(s) {', '.join(map(str, sorted(out)))} not read: not run by every row"
+             + (f"; not drawn, none of its seeds read: {', '.join(lost)}" if lost else ""))
+        rows, fams, _ = families([x for x in runs if seed(x) in whole])
+        return rows, fams, sorted(out)
     fams = [[inc, *family([{**r, **seed_stats(r["runs"], inc["runs"], r["step"])} for r in rs])]
             for inc, rs in zip(incs, near)]
-    return rows, fams, list(cut)
+    return rows, fams, []
 
 
 def word(r):
@@ -87,8 +95,8 @@ def answer(fam):
     """The family's answer: its best row, or that none is better than the incumbent; and the
     number of rows Holm corrected over, so that a row missing from the family is seen."""
     inc, top = fam[0], best(fam)
-    k = sum(r.get("p") is not None for r in fam[1:])
-    k = f" (Holm over {k} row{'s' * (k != 1)}, {inc['n']} seeds)"
+    k, n = sum(r.get("p") is not None for r in fam[1:]), inc["n"]
+    k = f" (Holm over {k} row{'s' * (k != 1)}, {n} seed{'s' * (n != 1)})"
     if top:
         return f"best at {inc['share']:.0%}: {top['name']} ({top['diff']:+.4f} nats)" + k
     equal = [r["name"] for r in fam[1:] if word(r) == "= equal"]
@@ -96,32 +104,43 @@ def answer(fam):
             + (f"; shown equal: {', '.join(equal)}" if equal else "") + k)
 
 
-def draw(rows):
+def draw(rows, fams=()):
     """Final test loss against cache bytes per token at full context (log scale), a marker per
-    kind; a family's rows side by side, 7% of x apart, each labelled upright above its bar."""
+    kind; a family's rows side by side about its largest cache, 7% of x apart, each labelled
+    upright above its bar; a row in no family at its own bytes."""
     fig, ax = plt.subplots(figsize=(9, 6))
     pts = [r for r in rows if r["mean"] is not None and r["share"] is not None]
-    at = {id(r): round(r["share"] * r["kv"] / r["kv_pct"]) for r in pts}  # bytes, a window's at T
-    size = lambda r: round(r["share"] * 20)  # a family's rows (within 5 points) share an x
+    at = {r["name"]: round(r["share"] * r["kv"] / r["kv_pct"]) for r in pts}  # a window's at T
+    group = {x["name"]: i for i, f in enumerate(fams) for x in f}  # its family, else its own name
+    group = {n: group.get(n, n) for n in at}
+    xs = []
     for r in pts:
-        same = sorted((o for o in pts if size(o) == size(r)), key=lambda o: at[id(o)])
-        i = [id(o) for o in same].index(id(r))
-        x = max(at[id(o)] for o in same) * 1.07 ** (i - (len(same) - 1) / 2)
+        same = sorted((n for n in at if group[n] == group[r["name"]]), key=lambda n: at[n])
+        x = max(at[o] for o in same) * 1.07 ** (same.index(r["name"]) - (len(same) - 1) / 2)
+        xs.append(x)
         d, sd = DESIGNS[r["attn"]], r["sd"] or 0
         ax.errorbar(x, r["mean"], yerr=sd, color=d.colour, capsize=3,
                     marker=KINDS.get(r["kind"], "D"), markersize=7, linestyle="none")
-        ax.annotate(r["name"].replace("Standard ", ""), (x, r["mean"] + sd), textcoords="offset points",
-                    xytext=(0, 4), fontsize=7, color=d.colour, rotation=90, ha="center", va="bottom")
+        ax.annotate(r["name"].replace("Standard ", ""), (x, r["mean"] + sd), xytext=(0, 4),
+                    textcoords="offset points", fontsize=7, color=d.colour, rotation=90,
+                    ha="center", va="bottom")
     for k, m in {**KINDS, "full (MHA)": "D"}.items():  # the legend: kinds, not designs
         ax.plot([], [], marker=m, color="grey", linestyle="none", label=k)
     ax.set_xscale("log", base=2)
-    ticks = [2 ** k for k in range(6, 16) if min(at.values()) / 1.3 <= 2 ** k <= max(at.values()) * 1.3]
+    left, right = min(xs) / 1.1, max(xs) * 1.1
+    ticks = [2 ** k for k in range(math.floor(math.log2(left)), math.ceil(math.log2(right)) + 1)]
+    if not any(left <= t <= right for t in ticks):  # points between two powers of 2: show both
+        left, right = ticks[0], ticks[-1]
     ax.set_xticks(ticks, [f"{t:,}" for t in ticks])
+    ax.set_xlim(left, right)
     lo = min(r["mean"] - (r["sd"] or 0) for r in pts)
     hi = max(r["mean"] + (r["sd"] or 0) for r in pts)
-    ax.set_ylim(lo - 0.05 * (hi - lo), hi + 0.5 * (hi - lo))  # the top third for the labels
-    return sweep_axes(fig, ax, "KV cache per token at full context (bytes, bf16; log scale)",
-                      "Half and a quarter of the cache, every way")
+    span = (hi - lo) or 0.01  # one point, or all alike
+    ax.set_ylim(lo - 0.05 * span, hi + 0.5 * span)  # the top third for the labels
+    sweep_axes(fig, ax, "KV cache per token at full context (bytes, bf16; log scale)",
+               "Half and a quarter of the cache, every way")
+    ax.legend(loc="best")  # not over the labels' band where a corner is free
+    return fig, ax
 
 
 def equal_cache_mode(runs):
@@ -151,6 +170,7 @@ def equal_cache_mode(runs):
     joined = {x["name"] for f in fams for x in f}  # a family's rows are copies, with their stats
     alone = [r["name"] for r in rows if r["name"] not in joined]
     if alone:
-        notes.append(f"drawn only (no incumbent within {NEAR * 100:.0f} points of its share): {', '.join(alone)}")
+        notes.append(f"drawn only (no incumbent within {NEAR * 100:.0f} points of its share): "
+                     + ", ".join(alone))
     table = render(head, body) + "\n\n" + "\n".join(f"- {a}" for a in answers)
-    return draw(rows)[0], table, notes, ("figure_equal_cache", "equal_cache.md")
+    return draw(rows, fams)[0], table, notes, ("figure_equal_cache", "equal_cache.md")

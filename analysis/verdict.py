@@ -125,8 +125,10 @@ def equal_cache_row(fam):
     """The glance's row of one E8 family: its best way, or that none beats the incumbent."""
     short = lambda r: r["name"].replace("Standard ", "")
     top, equal = best(fam), sum(word(r) == "= equal" for r in fam[1:])  # named in the full reading
-    said = (f"{short(top)} {top['diff']:+.3f} ahead" if top else f"none beats {fam[0]['label']}"
-            + (f"; {equal} equal" if equal else ""))
+    if top:
+        said = f"{short(top)} {top['diff']:+.3f} ahead"
+    else:
+        said = f"none beats {fam[0]['label']}" + (f"; {equal} equal" if equal else "")
     cut = {0.5: "halve", 0.25: "quarter"}.get(round(fam[0]["share"], 2), f"{fam[0]['share']:.0%} of")
     return [f"best way to {cut} the cache", f"{fam[0]['share']:.0%}", said, *["-"] * len(GLANCE)]
 

@@ -201,9 +201,10 @@ def test_kv_sharing_trains_the_same_on_one_process_ddp_and_fsdp(tmp_path):
             assert all(abs(one[k] - curve(runs[r][1], key)[k]) < 5e-6 for k in one), (r, key)
 
 
-def test_a_run_that_does_not_shard_does_not_import_dtensor():
+def test_a_start_that_does_not_shard_does_not_import_dtensor():
     # FSDP2, DCP and DistMuon import DTensor, which adds about a second to every start: train.py,
-    # checkpoint.py and muon.py import them where a sharded or multi-rank run needs them
+    # checkpoint.py and muon.py import them where a sharded or multi-rank run needs them (a
+    # compiled run still imports it, through dynamo; an eager one, eval.py and bench.py do not)
     code = ("import runpy, sys\nsys.argv = ['train.py', '--help']\ntry:\n    runpy.run_path('train.py', "
             "run_name='__main__')\nexcept SystemExit:\n    pass\nimport eval\n"
             "print('dtensor' if 'torch.distributed.tensor' in sys.modules else 'none')")

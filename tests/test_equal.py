@@ -66,8 +66,8 @@ def test_equal_cache_mode_writes_the_table_and_the_figure(e8, capsys):
     row = next(l for l in md.splitlines() if "K=V" in l and "Standard MHA" in l)
     assert row.startswith("| 50% | share | Standard MHA kv=4 K=V | 50.0% |") and row.endswith("| ahead |")
     assert "- best at 50%: Standard MHA kv=4 K=V" in md
-    rows, _, _ = equal.families(logs.load_runs([str(e8)]))
-    _, ax = equal.draw(rows)
+    rows, fams, _ = equal.families(logs.load_runs([str(e8)]))
+    _, ax = equal.draw(rows, fams)
     marks = {t.get_text(): c.lines[0].get_marker() for t, c in zip(ax.texts, ax.containers)}
     assert marks["MHA kv=4 window 128"] == "s" and marks["GQA kv=2 K=V"] == "^"
     assert marks["MLA d_c=112"] == "o" and marks["MHA kv=4"] == "D"
@@ -119,10 +119,10 @@ def test_readings_at_the_edges(e8, capsys):
 
 
 def test_the_five_point_edge_the_parameters_and_the_notes(e8):
-    # rows at 1.6 and 4.0 points from an incumbent's share join it; rows 6 points away join none
-    # (a looser cut-off than 5 points, or a tighter one than 4, fails here); each has its own count
-    near = {"lrkv7": ("lrkv", {"lrkv_rank": 7}, 992, 805_888), "lrkv6": ("lrkv", {"lrkv_rank": 6}, 900, 804_000),
-            "mla40": ("mla", {"mla_kv_rank": 40}, 430, 806_912), "mla36": ("mla", {"mla_kv_rank": 36}, 389, 806_000)}
+    # rows at 1.6 and 4.0 points from an incumbent's share join it; rows 5.5 points away join none
+    # (a cut-off under 4 or over 5.5 points fails here); each row has its own parameter count
+    near = {"lrkv7": ("lrkv", {"lrkv_rank": 7}, 992, 805_888), "lrkv6": ("lrkv", {"lrkv_rank": 6}, 912, 804_000),
+            "mla40": ("mla", {"mla_kv_rank": 40}, 430, 806_912), "mla36": ("mla", {"mla_kv_rank": 36}, 399, 806_000)}
     for name, (attn, cfg, kv, params) in near.items():
         for seed, last in enumerate(GQA):
             h = header(attn, f"{name}_s{seed}", seed=seed, kv_bytes_per_token=kv, params=params)
@@ -136,6 +136,9 @@ def test_the_five_point_edge_the_parameters_and_the_notes(e8):
     md = (e8 / "equal_cache.md").read_text()
     row = next(l for l in md.splitlines() if "| LRKV r=7 |" in l)
     assert "| 48.4% | 805,888 | 4 |" in row  # the share at full context and the header's parameters
+    _, ax = equal.draw(rows, fams)  # MLA d_c=40, 4 points from MQA's share, is drawn among its family
+    x = {t.get_text(): c.lines[0].get_xdata()[0] for t, c in zip(ax.texts, ax.containers)}
+    assert x["MLA d_c=40"] == pytest.approx(512 / 1.07)  # leftmost of its family's three, about 512
     alone = next(l for l in md.splitlines() if l.startswith("- drawn only (no incumbent within 5 points"))
     assert sorted(alone.split(": ")[1].split(", ")) == ["LRKV r=13", "LRKV r=6", "MLA d_c=36", "Standard MHA kv=4"]
 
@@ -155,8 +158,22 @@ def test_rows_a_little_apart_in_bytes_are_set_apart_in_the_figure(e8):
         h = header("lrkv", f"lrkv7_s{seed}", seed=seed, kv_bytes_per_token=992)
         h["config"]["lrkv_rank"] = 7
         write(e8 / h["run"], [h] + step_lines("lrkv", [4.0, 3.0, last]))
-    rows, _, _ = equal.families(logs.load_runs([str(e8)]))
-    _, ax = equal.draw(rows)
-    x = sorted(c.lines[0].get_xdata()[0] for c in ax.containers)
-    x = [v for v in x if 800 < v < 1300]  # the 50% family's five
-    assert len(x) == 5 and np.diff(np.log(x)) == pytest.approx([np.log(1.07)] * 4)  # LRKV r=7 among them
+    rows, fams, _ = equal.families(logs.load_runs([str(e8)]))
+    _, ax = equal.draw(rows, fams)
+    x = {t.get_text(): c.lines[0].get_xdata()[0] for t, c in zip(ax.texts, ax.containers)}
+    half = sorted(x[r["name"].replace("Standard ", "")] for r in fams[0])
+    assert len(half) == 5 and np.diff(np.log(half)) == pytest.approx([np.log(1.07)] * 4)
+    assert np.exp(np.mean(np.log(half))) == pytest.approx(1024)  # about the family's largest cache
+    assert x["LRKV r=7"] == min(half)  # the smallest cache leftmost
+
+
+def test_a_run_short_of_the_last_step_cuts_its_seed_and_one_point_draws(e8):
+    # its log is there but it never reached the final eval: its seed is read in no row
+    h = header("mla", "mla_s3", seed=3, kv_bytes_per_token=MHA_KV // 2)
+    h["config"]["mla_kv_rank"] = 112
+    write(e8 / "mla_s3", [h] + step_lines("mla", [4.0, 3.0]))
+    rows, fams, cut = equal.families(logs.load_runs([str(e8)]))
+    assert cut == [3] and {r["n"] for f in fams for r in f} == {3}
+    one = dict(rows[0], sd=None, kv=700, kv_pct=rows[0]["share"])  # 700 bytes: no power of 2 near
+    _, ax = equal.draw([one])  # a single point with no spread still gets both axes
+    assert ax.get_ylim()[0] < ax.get_ylim()[1] and list(ax.get_xticks()) == [512, 1024]
