@@ -96,12 +96,12 @@ def answer(fam):
     number of rows Holm corrected over, so that a row missing from the family is seen."""
     inc, top = fam[0], best(fam)
     k, n = sum(r.get("p") is not None for r in fam[1:]), inc["n"]
-    k = f" (Holm over {k} row{'s' * (k != 1)}, {n} seed{'s' * (n != 1)})"
+    over = f" (Holm over {k} row{'s' * (k != 1)}, {n} seed{'s' * (n != 1)})"
     if top:
-        return f"best at {inc['share']:.0%}: {top['name']} ({top['diff']:+.4f} nats)" + k
+        return f"best at {inc['share']:.0%}: {top['name']} ({top['diff']:+.4f} nats)" + over
     equal = [r["name"] for r in fam[1:] if word(r) == "= equal"]
     return (f"at {inc['share']:.0%}: no way is better than {inc['name']}"
-            + (f"; shown equal: {', '.join(equal)}" if equal else "") + k)
+            + (f"; shown equal: {', '.join(equal)}" if equal else "") + over)
 
 
 def draw(rows, fams=()):
@@ -111,8 +111,8 @@ def draw(rows, fams=()):
     fig, ax = plt.subplots(figsize=(9, 6))
     pts = [r for r in rows if r["mean"] is not None and r["share"] is not None]
     at = {r["name"]: round(r["share"] * r["kv"] / r["kv_pct"]) for r in pts}  # a window's at T
-    group = {x["name"]: i for i, f in enumerate(fams) for x in f}  # its family, else its own name
-    group = {n: group.get(n, n) for n in at}
+    family_of = {x["name"]: i for i, f in enumerate(fams) for x in f}
+    group = {n: family_of.get(n, n) for n in at}  # its family, else its own name
     xs = []
     for r in pts:
         same = sorted((n for n in at if group[n] == group[r["name"]]), key=lambda n: at[n])
@@ -137,10 +137,9 @@ def draw(rows, fams=()):
     hi = max(r["mean"] + (r["sd"] or 0) for r in pts)
     span = (hi - lo) or 0.01  # one point, or all alike
     ax.set_ylim(lo - 0.05 * span, hi + 0.5 * span)  # the top third for the labels
-    sweep_axes(fig, ax, "KV cache per token at full context (bytes, bf16; log scale)",
-               "Half and a quarter of the cache, every way")
-    ax.legend(loc="best")  # not over the labels' band where a corner is free
-    return fig, ax
+    # legend "best": not over the labels' band where a corner is free
+    return sweep_axes(fig, ax, "KV cache per token at full context (bytes, bf16; log scale)",
+                      "Half and a quarter of the cache, every way", legend="best")
 
 
 def equal_cache_mode(runs):

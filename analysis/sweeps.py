@@ -16,14 +16,14 @@ from analysis.stats import RULE, family, final_losses, fmt, gap, gap_head, rende
 PAPER_MATRIX_LR = 0.02  # muon.MATRIX_LR (a test keeps the two equal; plot.py never imports torch)
 
 
-def sweep_axes(fig, ax, xlabel, title):
-    # a sweep's figure: final loss (mean ± sd over seeds) against the swept setting
+def sweep_axes(fig, ax, xlabel, title, legend="upper right"):
+    # a sweep's figure: final loss (mean ± sd over seeds) against the swept setting; legend: its loc
     ax.set_xlabel(xlabel)
     ax.set_ylabel("Final Test Cross-Entropy Loss (mean over seeds, ± sd)")
     ax.set_title(title)
     ax.grid(alpha=0.3)
     if ax.get_lines():
-        ax.legend(loc="upper right")
+        ax.legend(loc=legend)
     fig.tight_layout()
     return fig, ax
 
