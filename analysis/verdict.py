@@ -258,6 +258,7 @@ def verdict(root=RUNS):
     tests += [(f"E6 {r['label']}", r) for r in (e6 or {}).values() if r.get("p") is not None]
     tests += [(f"E7 {r['label']}", {"p": r["p_lr"], "established": r["p_lr_holm"] < 0.05})
               for r in (e7 or {}).values() if "p_lr" in r]
+    tests += [(f"E8 {r['name']}", r) for f in e8 or [] for r in f[1:]]
     across = holm([r["p"] for _, r in tests])
     drop = [f"{name} (Holm p {p:.2g})" for (name, r), p in zip(tests, across) if r["established"] and p >= 0.05]
     notes = ("Δ: design minus MHA in final loss (nats per byte), mean over 12 seeds (E3a: 3), 95% interval; "
@@ -271,8 +272,9 @@ def verdict(root=RUNS):
                    f"({e5['b']['kv_pct']:.1%}), {e5['pairs']} seeds: {cell(e5)} (TOST p {e5['tost']:.2g}).")
     every = [f"at {f[0]['share']:.0%}, against {f[0]['name']}: "
              + "; ".join(f"{r['name']} {cell(r)}" for r in f[1:]) for f in e8 or []]
-    every = e8 and ("Every way to cut the cache (E8), Δ the row minus its incumbent, Holm within each share: "
-                    + "; ".join(every) + ".")
+    n = e8 and e8[0][1]["pairs"]  # the whole seeds read
+    every = e8 and (f"Every way to cut the cache (E8), Δ the row minus its incumbent, {n} seeds, "
+                    "Holm within each share: " + "; ".join(every) + ".")
     return (glance_table(cols, cache, e6, passed, e5, e8, e7),
             full + "".join(f"\n\n{wrap(p)}" for p in (same, every) if p), wrap(notes))
 

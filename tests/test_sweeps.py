@@ -159,14 +159,17 @@ def test_a_sweep_in_progress_and_mixed_estimates(tmp_path, capsys):
 
 def test_the_committed_sweep_tables_are_what_their_logs_give(tmp_path, monkeypatch):
     # docs/results.md's E3a: its slopes and its choice of rates must come from the logs; re-plot the
-    # sweep, compare the committed lr.md, then the page's slope rows and its validation table
+    # sweep, compare the committed lr.md, then the page's slope rows and archive.md's validation
+    # table
     monkeypatch.chdir(os.path.join(os.path.dirname(__file__), ".."))
     dirs = ["docs/runs/e3a"] + sorted(glob.glob("docs/runs/e1/cpu_*_s[0-2]"))
     assert plot.main(["--lr", *dirs, "--out", str(tmp_path)]) == 0
     md = (tmp_path / "lr.md").read_text()
     assert md == open("docs/runs/e3a/lr.md").read()
     page = open("docs/results.md").read().split("## E3a.")[1].split("\n## ")[0]
-    slopes, choice = md.split("moves with the rate")[1], page.split("**The choice**")[1]
+    detail = open("docs/archive.md").read().split("### E3a in detail")[1]  # the choice's table
+    slopes, choice = md.split("moves with the rate")[1], detail.split("**The choice**")[1]
+    choice = choice.split("\n\n")[1]
     for label in ("LRKV", "MLA", "GQA", "MQA"):  # slope, its interval, p, Holm, established, finds
         same_cells(cells(page, label)[1:], cells(slopes, label)[2:])
     rates = (0.01, 0.014, 0.02, 0.028, 0.04)

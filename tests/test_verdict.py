@@ -267,19 +267,25 @@ def e8_runs(tmp_path):
 
 def test_e8s_rows_give_the_best_way_to_halve_and_quarter_once_every_run_is_in(tmp_path):
     root = e8_runs(tmp_path)
-    short, full, _ = verdict.verdict(str(root))
+    short, full, notes = verdict.verdict(str(root))
     glance = rows(short)
     assert glance["best way to halve the cache"] == ["50%", "MHA kv=4 K=V -0.020 ahead", "-", "-", "-"]
     # MQA is GQA + 0.01 and every 25% row as far behind or further: none beats it, one is equal
     assert glance["best way to quarter the cache"] == ["25%", "none beats MQA; 1 equal", "-", "-", "-"]
     assert re.search(r"MHA kv=4 K=V share 2 [+-]0\.0000 \[[^]]+\] equivalent", full)  # which: the full reading
     assert "the best-way rows are E8." in short and "Every way to cut the cache (E8)" in full
+    assert re.search(r"incumbent, 12\sseeds, Holm", full)  # the n its intervals stand on
     assert "LRKV r=7 " in full.split("Every way")[1]  # E5's runs stand in for E8's LRKV r=7 and GQA
     assert_fits_a_glance(short)
     os.remove(root / "e8" / "mla_dc48_s11" / "log.jsonl")  # a run short: E8 is not read early
-    assert "best way to halve the cache" not in rows(verdict.verdict(str(root))[0])
+    short, _, unread = verdict.verdict(str(root))
+    assert "best way to halve the cache" not in rows(short)
+    # E8's 11 tests join the note's one family of every test, once E8 is read
+    counted = lambda n: int(re.search(r"all (\d+)\stests", n).group(1))
+    assert counted(notes) == counted(unread) + 11
     (root / "e8" / "ENDED").write_text("seeds 0-10 whole\n")  # unless the budget ended it there
-    assert "best way to halve the cache" in rows(verdict.verdict(str(root))[0])
+    short, full, _ = verdict.verdict(str(root))
+    assert "best way to halve the cache" in rows(short) and re.search(r"incumbent, 11\sseeds", full)
     fams = verdict.equal_caches(str(root))  # every row at the 11 whole seeds, E5's GQA and LRKV too
     assert {r["n"] for f in fams for r in f} == {11} and "LRKV r=7" in [r["name"] for r in fams[0]]
 
