@@ -177,3 +177,22 @@ def test_a_run_short_of_the_last_step_cuts_its_seed_and_one_point_draws(e8):
     one = dict(rows[0], sd=None, kv=700, kv_pct=rows[0]["share"])  # 700 bytes: no power of 2 near
     _, ax = equal.draw([one])  # a single point with no spread still gets both axes
     assert ax.get_ylim()[0] < ax.get_ylim()[1] and list(ax.get_xticks()) == [512, 1024]
+
+
+def test_the_committed_e8_table_is_what_its_logs_give(tmp_path, monkeypatch):
+    # docs/runs/e8/equal_cache.md and docs/results.md's E8 rows, re-made with the plan's command
+    monkeypatch.chdir(os.path.join(os.path.dirname(__file__), ".."))
+    e1 = [f"docs/runs/e1/cpu_{a}_s{s}" for a in ("mha", "mla", "lrkv") for s in range(12)]
+    assert plot.main(["docs/runs/e8", *e1, "--equal_cache", "--out", str(tmp_path)]) == 0
+    md = (tmp_path / "equal_cache.md").read_text()
+    assert md == open("docs/runs/e8/equal_cache.md").read()
+    page = open("docs/results.md").read().split("## E8.")[1].split("\n## ")[0]
+    made = [[c.strip() for c in line.strip("|").split("|")] for line in md.splitlines()
+            if line.startswith(("| 50%", "| 25%"))]
+    shown = [[c.strip().replace("−", "-") for c in line.strip("|").split("|")] for line in page.splitlines()
+             if line.startswith(("| 50%", "| 25%"))]
+    assert len(shown) == len(made) == 13
+    for new, old in zip(made, shown):  # kind, cache, params, loss; then Δ, CI, Holm, finds, TOST, reads
+        assert old[:2] + old[3:6] == new[:2] + [new[3], new[4], new[6]], (old, new)
+        if new[1] != "incumbent":
+            assert old[6:] == [new[8], new[9], new[11], new[13], new[14], new[15]], (old, new)
