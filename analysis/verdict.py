@@ -122,13 +122,13 @@ def equal_caches(root):
 
 
 def equal_cache_row(fam):
-    """The glance's row of one E8 family: its best way, or that none beats the incumbent."""
+    """The glance's row of one E8 family: its best way, or that none is ahead of the incumbent."""
     short = lambda r: r["name"].replace("Standard ", "")
     top, equal = best(fam), sum(word(r) == "= equal" for r in fam[1:])  # named in the full reading
     if top:
         said = f"{short(top)} {top['diff']:+.3f} ahead"
     else:
-        said = f"none beats {fam[0]['label']}" + (f"; {equal} equal" if equal else "")
+        said = f"none ahead of {fam[0]['label']}" + (f"; {equal} equal" if equal else "")  # as the rule reads ahead
     cut = {0.5: "halve", 0.25: "quarter"}.get(round(fam[0]["share"], 2), f"{fam[0]['share']:.0%} of")
     return [f"best way to {cut} the cache", f"{fam[0]['share']:.0%}", said, *["-"] * len(GLANCE)]
 
@@ -213,7 +213,7 @@ def glance_table(cols, cache, e6, passed, e5, e8=None, e7=None):
     table = render(["design", "KV cache", *(h for _, h, _, _ in GLANCE), last[1]], body)
     codes = [e for e, *_ in GLANCE] + [last[0]]
     key = (f"Key: {', '.join(codes[:-1])} and {codes[-1]} by column" + ("; the row against GQA is E5" if e5 else "")
-           + ("; the best-way rows are E8" if e8 else "") + ".")  # one line: the codes a head leaves out, each a section of docs/results.md
+           + (f"; the best-way rows are E8, at {e8[0][1]['pairs']} seeds" if e8 else "") + ".")  # one line: the codes a head leaves out, each a section of docs/results.md
     glosses = [f"{h[0].upper()}{h[1:]}: {gloss}." for _, h, _, gloss in GLANCE if gloss]
     if e7:
         c = e7["mha", 0]["runs"][0]["config"]
@@ -274,7 +274,7 @@ def verdict(root=RUNS):
              + "; ".join(f"{r['name']} {cell(r)}" for r in f[1:]) for f in e8 or []]
     n = e8 and e8[0][1]["pairs"]  # the whole seeds read
     every = e8 and (f"Every way to cut the cache (E8), Δ the row minus its incumbent, {n} seeds, "
-                    "Holm within each share: " + "; ".join(every) + ".")
+                    "Holm within each cache size: " + "; ".join(every) + ".")
     return (glance_table(cols, cache, e6, passed, e5, e8, e7),
             full + "".join(f"\n\n{wrap(p)}" for p in (same, every) if p), wrap(notes))
 

@@ -270,10 +270,10 @@ def test_e8s_rows_give_the_best_way_to_halve_and_quarter_once_every_run_is_in(tm
     short, full, notes = verdict.verdict(str(root))
     glance = rows(short)
     assert glance["best way to halve the cache"] == ["50%", "MHA kv=4 K=V -0.020 ahead", "-", "-", "-"]
-    # MQA is GQA + 0.01 and every 25% row as far behind or further: none beats it, one is equal
-    assert glance["best way to quarter the cache"] == ["25%", "none beats MQA; 1 equal", "-", "-", "-"]
-    assert re.search(r"MHA kv=4 K=V share 2 [+-]0\.0000 \[[^]]+\] equivalent", full)  # which: the full reading
-    assert "the best-way rows are E8." in short and "Every way to cut the cache (E8)" in full
+    # MQA is GQA + 0.01 and every 25% row as far behind or further: none is ahead, one is equal
+    assert glance["best way to quarter the cache"] == ["25%", "none ahead of MQA; 1 equal", "-", "-", "-"]
+    assert re.search(r"MHA\skv=4\sK=V\sshare\s2\s[+-]0\.0000\s\[[^]]+\]\sequivalent", full)  # wrapped anywhere  # which: the full reading
+    assert "the best-way rows are E8, at 12 seeds." in short and "Every way to cut the cache (E8)" in full
     assert re.search(r"incumbent, 12\sseeds, Holm", full)  # the n its intervals stand on
     assert "LRKV r=7 " in full.split("Every way")[1]  # E5's runs stand in for E8's LRKV r=7 and GQA
     assert_fits_a_glance(short)
@@ -310,7 +310,7 @@ def test_e8_reads_e5s_rows_each_unless_e8_ran_it_again(tmp_path, redo):
     assert rows(short)["best way to halve the cache"][1] == f"MHA kv=4 K=V {-0.02 - gqa:+.3f} ahead"
     assert f"LRKV r=7 {0.0032 + lrkv - gqa:+.4f}" in full.split("Every way")[1]  # one LRKV r=7 row
     # the 25% family's Δs, against E8's MQA, do not move
-    assert rows(short)["best way to quarter the cache"][1] == "none beats MQA; 1 equal"
+    assert rows(short)["best way to quarter the cache"][1] == "none ahead of MQA; 1 equal"
 
 
 def test_e8_with_a_planned_row_missing_is_not_read_and_says_why(tmp_path, capsys):
