@@ -128,7 +128,8 @@ def equal_cache_row(fam):
     if top:
         said = f"{short(top)} {top['diff']:+.3f} ahead"
     else:
-        said = f"none ahead of {fam[0]['label']}" + (f"; {equal} equal" if equal else "")  # as the rule reads ahead
+        # "ahead" as the rule reads it: established after Holm
+        said = f"none ahead of {fam[0]['label']}" + (f"; {equal} equal" if equal else "")
     cut = {0.5: "halve", 0.25: "quarter"}.get(round(fam[0]["share"], 2), f"{fam[0]['share']:.0%} of")
     return [f"best way to {cut} the cache", f"{fam[0]['share']:.0%}", said, *["-"] * len(GLANCE)]
 

@@ -272,7 +272,8 @@ def test_e8s_rows_give_the_best_way_to_halve_and_quarter_once_every_run_is_in(tm
     assert glance["best way to halve the cache"] == ["50%", "MHA kv=4 K=V -0.020 ahead", "-", "-", "-"]
     # MQA is GQA + 0.01 and every 25% row as far behind or further: none is ahead, one is equal
     assert glance["best way to quarter the cache"] == ["25%", "none ahead of MQA; 1 equal", "-", "-", "-"]
-    assert re.search(r"MHA\skv=4\sK=V\sshare\s2\s[+-]0\.0000\s\[[^]]+\]\sequivalent", full)  # wrapped anywhere  # which: the full reading
+    # which row is equal: the full reading names it, wrapped anywhere
+    assert re.search(r"MHA\skv=4\sK=V\sshare\s2\s[+-]0\.0000\s\[[^]]+\]\sequivalent", full)
     assert "the best-way rows are E8, at 12 seeds." in short and "Every way to cut the cache (E8)" in full
     assert re.search(r"incumbent, 12\sseeds, Holm", full)  # the n its intervals stand on
     assert "LRKV r=7 " in full.split("Every way")[1]  # E5's runs stand in for E8's LRKV r=7 and GQA
